@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs gem4's build and test dependencies from Debian packages.
+# A no-op when everything is already present. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+packages=(build-essential cmake ninja-build clang libclang-rt-14-dev googletest libgtest-dev libgmock-dev
+          libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev tmux nodejs)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

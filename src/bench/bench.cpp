@@ -1,0 +1,276 @@
+// gem4 bench: llama-bench-style prompt-processing (pp) and generation (tg) tests, each run for every
+// combination of the ablation switches given as comma lists (e.g. --prune 1,0), in one process on one
+// model, so the speedup ratios it prints compare like with like.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "bench/report.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "kernels/cpu_features.h"
+#include "kernels/thread_pool.h"
+#include "model/forward.h"
+#include "model/generator.h"
+#include "model/model.h"
+
+namespace gem4::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TestSpec {
+  int n_prompt = 0, n_gen = 0, n_depth = 0;
+  std::string name() const {
+    std::string s;
+    if (n_prompt > 0) s = "pp" + std::to_string(n_prompt);
+    if (n_gen > 0) s += (s.empty() ? "" : "+") + std::string("tg") + std::to_string(n_gen);
+    if (n_depth > 0) s += " @ d" + std::to_string(n_depth);
+    return s;
+  }
+};
+
+struct Switch {
+  std::string name;                 // JSON field and column name
+  std::vector<std::string> values;  // as given ("1", "0")
+};
+
+std::vector<int> int_list(const Args& a, const std::string& flag) {
+  std::vector<int> v;
+  for (const auto& s : a.list(flag)) {
+    try {
+      v.push_back(std::stoi(s));
+    } catch (const std::exception&) {
+      throw ArgError("bench: " + flag + ": '" + s + "' is not an integer");
+    }
+    if (v.back() < 0) throw ArgError("bench: " + flag + " values must be >= 0");
+  }
+  return v;
+}
+
+std::vector<int32_t> random_tokens(int n, int n_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(4 + rng() % uint64_t(std::max(1, n_vocab - 4)));
+  return t;
+}
+
+std::string describe_type(const Model& m) {
+  std::map<std::string, int64_t> params;
+  for (const auto& [name, r] : m.tensors) {
+    if (r.ne.size() < 2) continue;
+    int64_t n = 1;
+    for (auto e : r.ne) n *= e;
+    params[ggml_type_name(r.type)] += n;
+  }
+  std::string best;
+  int64_t mx = -1;
+  for (const auto& [t, n] : params)
+    if (n > mx) mx = n, best = t;
+  std::string size = m.config.n_layer == 35 && m.config.d_model == 1536 ? "E2B"
+                     : m.config.n_layer == 42 && m.config.d_model == 2560 ? "E4B"
+                                                                           : std::to_string(m.config.n_layer) + "L";
+  std::transform(best.begin(), best.end(), best.begin(), ::toupper);
+  return "gemma4 " + size + " " + best;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+  Args a("bench", "Prompt-processing and generation throughput, llama-bench style, with ablations in one run.");
+  a.value("-m,--model", "FILE", "GGUF model (default: a model generated in memory)");
+  a.value("--preset", "NAME", "in-memory model shape: e2b | e4b | tiny", "e2b");
+  a.value("--type", "TYPE", "in-memory model weight type", "q8_0");
+  a.value("-p,--n-prompt", "LIST", "prompt lengths", "512");
+  a.value("-n,--n-gen", "LIST", "generation lengths", "16");
+  a.value("-pg", "PP,TG", "a prompt followed by generation, e.g. 512,128");
+  a.value("-d,--n-depth", "LIST", "tokens of context before each test", "0");
+  a.value("-r,--repetitions", "N", "repetitions of each test", "2");
+  a.value("--ubatch", "N", "micro-batch size", "512");
+  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  a.value("--prune", "LIST", "prune rows before the KV-shared tail: 1,0 runs both", "1,0");
+  a.value("--mask-crop", "LIST", "attention visits only visible keys", "1");
+  a.value("--ple-crop", "LIST", "PLE projection of tail layers only for kept rows", "1");
+  a.value("--optimal-cut", "LIST", "cut inside the last KV layer (1) or at the first shared layer (0)", "1");
+  a.value("-o,--output", "FMT", "md | json", "md");
+  a.value("--svg", "FILE", "write a bar chart of t/s per test and variant");
+  a.value("--seed", "N", "seed of the generated model and prompts", "42");
+  declare_thread_flag(a);
+  if (!a.parse(argc, argv, first)) {
+    std::printf("%s", a.help().c_str());
+    return 0;
+  }
+  const int reps = int(a.integer("-r"));
+  const int ubatch = int(a.integer("--ubatch"));
+  if (reps < 1) throw ArgError("bench: -r must be >= 1");
+  if (ubatch < 1) throw ArgError("bench: --ubatch must be >= 1");
+  const std::string out_fmt = a.str("-o");
+  if (out_fmt != "md" && out_fmt != "json") throw ArgError("bench: -o must be md or json");
+  const KvType kv_type = kv_type_from_name(a.str("--kv-type"));
+  const int n_threads = thread_count(a);
+  ThreadPool pool(n_threads);
+
+  // The tests.
+  std::vector<TestSpec> tests;
+  const auto depths = int_list(a, "-d");
+  for (int d : depths) {
+    for (int p : int_list(a, "-p"))
+      if (p > 0) tests.push_back({p, 0, d});
+    for (int n : int_list(a, "-n"))
+      if (n > 0) tests.push_back({0, n, d});
+    if (a.has("-pg")) {
+      auto pg = int_list(a, "-pg");
+      if (pg.size() != 2) throw ArgError("bench: -pg expects PP,TG");
+      tests.push_back({pg[0], pg[1], d});
+    }
+  }
+  if (tests.empty()) throw ArgError("bench: nothing to run (all of -p, -n are 0)");
+
+  // The ablation switches.
+  std::vector<Switch> switches = {{"prune", a.list("--prune")}, {"mask_crop", a.list("--mask-crop")},
+                                  {"ple_crop", a.list("--ple-crop")}, {"optimal_cut", a.list("--optimal-cut")}};
+  for (const auto& s : switches)
+    for (const auto& v : s.values)
+      if (v != "0" && v != "1") throw ArgError("bench: --" + s.name + " values must be 0 or 1, got '" + v + "'");
+
+  // The model.
+  const auto t_load = Clock::now();
+  std::unique_ptr<Model> model;
+  std::string model_name;
+  if (a.has("-m")) {
+    model_name = a.str("-m");
+    model = Model::load(model_name);
+  } else {
+    GeneratorSpec spec;
+    spec.preset = a.str("--preset");
+    auto t = ggml_type_from_name(a.str("--type"));
+    if (!t) throw ArgError("bench: --type '" + a.str("--type") + "' is not a known type");
+    spec.type = *t;
+    spec.seed = uint64_t(a.integer("--seed"));
+    model_name = "generated:" + spec.preset;
+    std::fprintf(stderr, "bench: generating a random %s model (%s) in memory...\n", spec.preset.c_str(), ggml_type_name(spec.type));
+    model = generate_model(spec, &pool);
+  }
+  const ParamCount pc = count_params(model->tensors);
+  const std::string model_type = describe_type(*model);
+  std::fprintf(stderr, "bench: %s ready in %.1f s: %.2f B params, %s; %d threads, ISA %s\n", model_type.c_str(),
+               std::chrono::duration<double>(Clock::now() - t_load).count(), pc.params / 1e9,
+               human_bytes(double(pc.bytes)).c_str(), n_threads, isa_name(active_isa()));
+
+  int max_ctx = 1;
+  for (const auto& t : tests) max_ctx = std::max(max_ctx, t.n_depth + t.n_prompt + t.n_gen + 1);
+  KvCache kv(model->config, max_ctx, 1, ubatch, kv_type);
+  const int V = model->config.n_vocab > 0 ? model->config.n_vocab : int(model->weights.token_embd.out);
+
+  // Every combination of switch values.
+  std::vector<std::vector<std::string>> variants = {{}};
+  for (const auto& s : switches) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& v : variants)
+      for (const auto& val : s.values) {
+        auto w = v;
+        w.push_back(val);
+        next.push_back(w);
+      }
+    variants = next;
+  }
+
+  std::vector<bench::Result> results;
+  const uint64_t seed = uint64_t(a.integer("--seed"));
+  const size_t total_runs = tests.size() * variants.size() * size_t(reps);
+  size_t done_runs = 0;
+  for (const auto& test : tests) {
+    for (const auto& variant : variants) {
+      Forward fwd(*model, &pool);
+      fwd.ubatch = ubatch;
+      fwd.switches.prune = variant[0] == "1";
+      fwd.switches.mask_crop = variant[1] == "1";
+      fwd.switches.ple_crop = variant[2] == "1";
+      fwd.switches.optimal_cut = variant[3] == "1";
+      bench::Result r;
+      r.model = model_name;
+      r.model_type = model_type;
+      r.model_size = double(pc.bytes);
+      r.model_params = double(pc.params);
+      r.test = test.name();
+      r.n_prompt = test.n_prompt, r.n_gen = test.n_gen, r.n_depth = test.n_depth;
+      r.n_threads = n_threads, r.n_ubatch = ubatch;
+      for (size_t i = 0; i < switches.size(); ++i) r.switches.push_back({switches[i].name, variant[i]});
+      double flops = 0, tokens = 0, secs_total = 0;
+      for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
+        kv.clear_all();
+        ForwardOutputs out;
+        // Depth: context before the test, not timed.
+        if (test.n_depth > 0) {
+          const auto ctx = random_tokens(test.n_depth, V, seed + 7);
+          Batch b;
+          for (int i = 0; i < test.n_depth; ++i) b.push_back({ctx[i], i, 0, false, false});
+          fwd.run(b, kv, out);
+        }
+        const bool warm = rep < 0;
+        const int n_prompt = warm ? std::min(test.n_prompt, 32) : test.n_prompt;
+        const int n_gen = warm ? std::min(test.n_gen, 1) : test.n_gen;
+        fwd.stats.reset();
+        const auto t0 = Clock::now();
+        int pos = test.n_depth;
+        int32_t last = 2;
+        if (n_prompt > 0) {
+          const auto prompt = random_tokens(n_prompt, V, seed + 11 + uint64_t(rep + 1));
+          Batch b;
+          for (int i = 0; i < n_prompt; ++i) b.push_back({prompt[i], pos + i, 0, i + 1 == n_prompt, false});
+          out.clear();
+          fwd.run(b, kv, out);
+          pos += n_prompt;
+          last = prompt.back();
+        }
+        for (int g = 0; g < n_gen; ++g) {
+          out.clear();
+          fwd.run({{last, pos, 0, true, false}}, kv, out);
+          const float* lg = out.logits.data();
+          last = int32_t(std::max_element(lg, lg + out.n_vocab) - lg);
+          pos++;
+        }
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (warm) continue;
+        const double n_tok = n_prompt + n_gen;
+        r.samples_ts.push_back(n_tok / secs);
+        flops += 2.0 * (fwd.stats.matmul_macs + fwd.stats.attention_macs);
+        tokens += n_tok;
+        secs_total += secs;
+        ++done_runs;
+        std::fprintf(stderr, "bench: [%zu/%zu] %s %s%s%s: %.2f t/s\n", done_runs, total_runs, r.test.c_str(),
+                     fwd.switches.prune ? "prune" : "no-prune", fwd.switches.mask_crop ? "" : " no-mask-crop",
+                     fwd.switches.ple_crop ? "" : " no-ple-crop", n_tok / secs);
+      }
+      r.finish();
+      r.flops_per_token = tokens > 0 ? flops / tokens : 0;
+      r.gflops = secs_total > 0 ? flops / secs_total / 1e9 : 0;
+      results.push_back(r);
+    }
+  }
+
+  if (out_fmt == "json") {
+    std::printf("%s\n", bench::json_array(results).c_str());
+  } else {
+    std::printf("%s\n", bench::markdown_table(results).c_str());
+    std::printf("%s", bench::speedup_lines(results).c_str());
+    for (const auto& r : results)
+      std::printf("plan: %s %s: %.3f GFLOP per token\n", r.test.c_str(),
+                  r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
+    std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells)\n", human_bytes(double(peak_rss_bytes())).c_str(),
+                human_bytes(double(kv.bytes())).c_str(), kv_type_name(kv_type), max_ctx);
+  }
+  if (a.has("--svg")) {
+    std::ofstream f(a.str("--svg"));
+    if (!f) throw std::runtime_error("bench: cannot write --svg " + a.str("--svg"));
+    f << bench::svg_chart(results, "gem4 bench: " + model_type + ", " + std::to_string(n_threads) + " threads");
+  }
+  return 0;
+}
+
+}  // namespace gem4::cli

@@ -1,0 +1,63 @@
+#include "cli/common.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gem4::cli {
+
+void declare_plan_flags(Args& a) {
+  a.flag("--no-prune", "run every prompt row through the KV-shared tail (ablation)");
+  a.flag("--no-mask-crop", "score every cached key and mask afterwards (ablation)");
+  a.flag("--no-ple-crop", "compute the PLE projection of tail layers for all rows (ablation)");
+  a.flag("--simple-cut", "prune at the input of the first shared layer instead of inside the last KV layer");
+}
+
+PlanSwitches plan_switches(const Args& a) {
+  PlanSwitches s;
+  s.prune = !a.on("--no-prune");
+  s.mask_crop = !a.on("--no-mask-crop");
+  s.ple_crop = !a.on("--no-ple-crop");
+  s.optimal_cut = !a.on("--simple-cut");
+  return s;
+}
+
+void declare_thread_flag(Args& a) { a.value("-t,--threads", "N", "threads", "all cores"); }
+
+int thread_count(const Args& a) {
+  if (!a.has("-t")) return int(std::max(1u, std::thread::hardware_concurrency()));
+  const long long n = a.integer("-t");
+  if (n < 1 || n > 1024) throw ArgError("flag '-t' must be between 1 and 1024");
+  return int(n);
+}
+
+namespace {
+long long status_kib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key, 0) == 0) {
+      std::istringstream in(line.substr(std::string(key).size()));
+      long long kib = 0;
+      in >> kib;
+      return kib;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+long long peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
+long long current_rss_bytes() { return status_kib("VmRSS:") * 1024; }
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace gem4::cli

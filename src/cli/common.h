@@ -1,0 +1,24 @@
+// Flags and helpers shared by several subcommands.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "cli/args.h"
+#include "model/batch.h"
+#include "model/kv_cache.h"
+
+namespace gem4::cli {
+
+// --no-prune, --no-mask-crop, --no-ple-crop, --simple-cut
+void declare_plan_flags(Args& a);
+PlanSwitches plan_switches(const Args& a);
+// -t/--threads (default: all cores)
+void declare_thread_flag(Args& a);
+int thread_count(const Args& a);
+
+// Peak resident set size of this process, in bytes (from /proc/self/status VmHWM).
+long long peak_rss_bytes();
+long long current_rss_bytes();
+std::string human_bytes(double bytes);
+
+}  // namespace gem4::cli

@@ -1,0 +1,136 @@
+// CPU feature detection with cpuid. A feature counts only if the OS also saves the register state it
+// needs (XCR0 via xgetbv): AVX needs the SSE and AVX halves, AVX-512 additionally the opmask and upper
+// ZMM state. A hypervisor can hide AVX-512 state even when cpuid reports the instructions.
+#include "kernels/cpu_features.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define GEM4_X86 1
+#endif
+
+namespace gem4 {
+namespace {
+
+#if GEM4_X86
+uint64_t read_xcr0() {
+  uint32_t lo, hi;
+  // xgetbv with ecx = 0; encoded as bytes so no -mxsave flag is needed.
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  const unsigned max_leaf = a;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1;
+  const bool avx = (c >> 28) & 1;
+  const bool fma = (c >> 12) & 1;
+  const bool f16c = (c >> 29) & 1;
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = read_xcr0();
+  const bool os_avx = (xcr0 & 0x6) == 0x6;             // SSE (bit 1) + AVX upper halves (bit 2)
+  const bool os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM0-15 upper, ZMM16-31
+  if (!os_avx || max_leaf < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  const unsigned leaf7_max_sub = a;
+  f.avx2 = (b >> 5) & 1;
+  f.fma = fma;
+  f.f16c = f16c;
+  if (os_avx512) {
+    f.avx512f = (b >> 16) & 1;
+    f.avx512bw = (b >> 30) & 1;
+    f.avx512vl = (b >> 31) & 1;
+    f.avx512dq = (b >> 17) & 1;
+    f.avx512vnni = (c >> 11) & 1;
+  }
+  if (leaf7_max_sub >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avxvnni = (a >> 4) & 1;
+    if (os_avx512) f.avx512bf16 = (a >> 5) & 1;
+  }
+  return f;
+}
+#else
+CpuFeatures detect() { return CpuFeatures{}; }
+#endif
+
+Isa best_supported(const CpuFeatures& f) {
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c) return Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+// The ISA named by GEM4_ISA, or the CPU's best when unset or unrecognised; never above the CPU's best.
+Isa from_environment(Isa best) {
+  const char* env = std::getenv("GEM4_ISA");
+  if (!env) return best;
+  Isa wanted = best;
+  if (std::strcmp(env, "scalar") == 0) wanted = Isa::Scalar;
+  else if (std::strcmp(env, "avx2") == 0) wanted = Isa::Avx2;
+  else if (std::strcmp(env, "avx512") == 0) wanted = Isa::Avx512;
+  return wanted < best ? wanted : best;
+}
+
+constexpr int kNoOverride = -1;
+std::atomic<int> g_override{kNoOverride};
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+Isa active_isa() {
+  const int o = g_override.load(std::memory_order_relaxed);
+  if (o != kNoOverride) return static_cast<Isa>(o);
+  static const Isa from_env = from_environment(best_supported(cpu_features()));
+  return from_env;
+}
+
+void set_isa_override(Isa isa) {
+  const Isa best = best_supported(cpu_features());
+  g_override.store(static_cast<int>(isa < best ? isa : best), std::memory_order_relaxed);
+}
+
+void clear_isa_override() { g_override.store(kNoOverride, std::memory_order_relaxed); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::string cpu_features_string() {
+  const CpuFeatures& f = cpu_features();
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(f.avx2, "avx2");
+  add(f.fma, "fma");
+  add(f.f16c, "f16c");
+  add(f.avx512f, "avx512f");
+  add(f.avx512bw, "avx512bw");
+  add(f.avx512vl, "avx512vl");
+  add(f.avx512dq, "avx512dq");
+  add(f.avx512vnni, "avx512vnni");
+  add(f.avx512bf16, "avx512bf16");
+  add(f.avxvnni, "avxvnni");
+  if (s.empty()) s = "(none)";
+  return s + " -> " + isa_name(active_isa());
+}
+
+}  // namespace gem4

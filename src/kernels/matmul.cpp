@@ -1,0 +1,285 @@
+// Matrix products: the plain reference, argument checks, ISA dispatch and the portable (scalar) fast
+// path. The SIMD kernels live in matmul_avx512.cpp and matmul_avx2.cpp.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/thread_pool.h"
+#include "tensor/blocks.h"
+#include "tensor/quant.h"
+
+namespace gem4 {
+
+using matmul_detail::Int8Format;
+
+MatrixView MatrixView::rows(int64_t first, int64_t count) const {
+  if (first < 0 || count < 0 || first + count > out) {
+    throw std::out_of_range("MatrixView::rows: rows [" + std::to_string(first) + ", " +
+                            std::to_string(first + count) + ") outside a matrix of " + std::to_string(out) +
+                            " rows");
+  }
+  MatrixView v = *this;
+  v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(first) * row_bytes;
+  v.out = count;
+  return v;
+}
+
+void matrix_get_row(const MatrixView& w, int64_t o, float* dst) {
+  if (o < 0 || o >= w.out) {
+    throw std::out_of_range("matrix_get_row: row " + std::to_string(o) + " of a matrix with " +
+                            std::to_string(w.out) + " rows");
+  }
+  dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes, dst, w.in);
+}
+
+namespace {
+
+void check_args(const char* fn, const MatrixView& w, const float* x, int64_t rows, int64_t ldx, const float* y,
+                int64_t ldy) {
+  const std::string where = std::string(fn) + " (" + ggml_type_name(w.type) + " " + std::to_string(w.out) +
+                            " x " + std::to_string(w.in) + ", " + std::to_string(rows) + " rows): ";
+  if (!is_supported_weight_type(w.type)) {
+    throw UnsupportedType(where + "weight type " + ggml_type_name(w.type) + " is not supported");
+  }
+  const int64_t be = ggml_block_elems(w.type);
+  if (w.in <= 0 || w.in % be != 0) {
+    throw std::invalid_argument(where + "in must be a positive multiple of the block size " + std::to_string(be));
+  }
+  if (w.out < 0 || rows < 0) throw std::invalid_argument(where + "negative dimension");
+  if (w.row_bytes < ggml_row_bytes(w.type, w.in)) {
+    throw std::invalid_argument(where + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row (" +
+                                std::to_string(ggml_row_bytes(w.type, w.in)) + " bytes)");
+  }
+  if (ldx < w.in) throw std::invalid_argument(where + "ldx " + std::to_string(ldx) + " < in");
+  if (ldy < w.out) throw std::invalid_argument(where + "ldy " + std::to_string(ldy) + " < out");
+  if (rows > 0 && w.out > 0 && (!w.data || !x || !y)) throw std::invalid_argument(where + "null pointer");
+}
+
+const uint8_t* row_ptr(const MatrixView& w, int64_t o) {
+  return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes;
+}
+
+}  // namespace
+
+void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy) {
+  check_args("matmul_reference", w, x, rows, ldx, y, ldy);
+  std::vector<float> wrow(static_cast<size_t>(w.in));
+  for (int64_t o = 0; o < w.out; ++o) {
+    dequantize_row(w.type, row_ptr(w, o), wrow.data(), w.in);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * ldx;
+      float acc = 0.0f;
+      for (int64_t i = 0; i < w.in; ++i) acc += wrow[i] * xr[i];
+      y[r * ldy + o] = acc;
+    }
+  }
+}
+
+void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+            ThreadPool* pool) {
+  check_args("matmul", w, x, rows, ldx, y, ldy);
+  if (rows == 0 || w.out == 0) return;
+  switch (active_isa()) {
+    case Isa::Avx512: return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);
+    case Isa::Avx2: return matmul_detail::matmul_avx2(w, x, rows, ldx, y, ldy, pool);
+    case Isa::Scalar: break;
+  }
+  matmul_detail::matmul_scalar(w, x, rows, ldx, y, ldy, pool);
+}
+
+namespace matmul_detail {
+
+bool is_int8_type(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 ||
+         t == GgmlType::Q5_1;
+}
+
+Int8Format int8_format(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return {128, false};
+    case GgmlType::Q4_0: return {8, false};
+    case GgmlType::Q5_0: return {16, false};
+    case GgmlType::Q4_1: return {0, true};
+    case GgmlType::Q5_1: return {0, true};
+    default: throw std::logic_error(std::string("int8_format: not an 8-bit-activation type: ") + ggml_type_name(t));
+  }
+}
+
+void* thread_scratch(ScratchSlot slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> storage;
+    size_t capacity = 0;  // usable bytes after alignment
+    uint8_t* aligned = nullptr;
+  };
+  thread_local Buffer buffers[kSlotCount];
+  Buffer& b = buffers[slot];
+  if (b.capacity < bytes) {
+    const size_t want = std::max(bytes, b.capacity + b.capacity / 2);
+    b.storage.reset(new uint8_t[want + 64]);
+    const auto addr = reinterpret_cast<uintptr_t>(b.storage.get());
+    b.aligned = b.storage.get() + ((64 - addr % 64) % 64);
+    b.capacity = want;
+  }
+  return b.aligned;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Portable fast path: the same arithmetic as the SIMD kernels (8-bit activations for the legacy
+// quantized types), written as plain loops. Used on CPUs without AVX2 and as a readable statement of
+// what the SIMD code computes.
+
+namespace {
+
+// One activation block quantized like llama.cpp's x86 quantize_row_q8_0/q8_1: d = amax / 127 stored as
+// fp16, q = round-half-even(x * 127 / amax) (the inverse of the unrounded d), s = fp16(d * sum q).
+struct Q8Block {
+  int8_t q[kQK];
+  float d;    // fp16-rounded scale
+  int sum;    // sum of q
+  float s;    // fp16-rounded d * sum
+};
+
+void quantize_activation_block(const float* x, Q8Block* out) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.f;
+  const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+  out->d = fp16_to_fp32(fp32_to_fp16(d));
+  int sum = 0;
+  for (int j = 0; j < kQK; ++j) {
+    out->q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+    sum += out->q[j];
+  }
+  out->sum = sum;
+  out->s = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
+}
+
+// The unsigned integers u[32], scale and min of one block of an Int8Format type.
+void decode_block(GgmlType t, const uint8_t* blk, uint8_t* u, float* d, float* m) {
+  *m = 0.0f;
+  switch (t) {
+    case GgmlType::Q8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(blk);
+      *d = fp16_to_fp32(b->d);
+      for (int j = 0; j < kQK; ++j) u[j] = static_cast<uint8_t>(b->qs[j] + 128);
+      return;
+    }
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      const uint8_t* qs;
+      if (t == GgmlType::Q4_0) {
+        const auto* b = reinterpret_cast<const BlockQ4_0*>(blk);
+        *d = fp16_to_fp32(b->d);
+        qs = b->qs;
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ4_1*>(blk);
+        *d = fp16_to_fp32(b->d);
+        *m = fp16_to_fp32(b->m);
+        qs = b->qs;
+      }
+      for (int j = 0; j < 16; ++j) {
+        u[j] = qs[j] & 0x0F;
+        u[j + 16] = qs[j] >> 4;
+      }
+      return;
+    }
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {
+      const uint8_t *qs, *qh_bytes;
+      if (t == GgmlType::Q5_0) {
+        const auto* b = reinterpret_cast<const BlockQ5_0*>(blk);
+        *d = fp16_to_fp32(b->d);
+        qs = b->qs;
+        qh_bytes = b->qh;
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ5_1*>(blk);
+        *d = fp16_to_fp32(b->d);
+        *m = fp16_to_fp32(b->m);
+        qs = b->qs;
+        qh_bytes = b->qh;
+      }
+      uint32_t qh;
+      std::memcpy(&qh, qh_bytes, sizeof qh);
+      for (int j = 0; j < 16; ++j) {
+        u[j] = static_cast<uint8_t>((qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
+        u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+      }
+      return;
+    }
+    default: throw std::logic_error("decode_block: not an 8-bit-activation type");
+  }
+}
+
+void scalar_int8(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool) {
+  const Int8Format fmt = int8_format(w.type);
+  const int64_t nb = w.in / kQK;
+  const size_t block_bytes = ggml_row_bytes(w.type, kQK);
+  auto* act = static_cast<Q8Block*>(thread_scratch(kSlotActivations, sizeof(Q8Block) * rows * nb));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) quantize_activation_block(x + r * ldx + b * kQK, &act[r * nb + b]);
+  }
+  parallel_for(pool, w.out, 16, [&](int64_t o0, int64_t o1, int) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const uint8_t* wrow = row_ptr(w, o);
+      for (int64_t r = 0; r < rows; ++r) {
+        const Q8Block* xa = act + r * nb;
+        float sum = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          uint8_t u[kQK];
+          float dw, mw;
+          decode_block(w.type, wrow + b * block_bytes, u, &dw, &mw);
+          int isum = 0;
+          for (int j = 0; j < kQK; ++j) isum += u[j] * xa[b].q[j];
+          isum -= fmt.offset * xa[b].sum;
+          sum += (dw * xa[b].d) * static_cast<float>(isum);
+          if (fmt.has_min) sum += mw * xa[b].s;
+        }
+        y[r * ldy + o] = sum;
+      }
+    }
+  });
+}
+
+void scalar_f32(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                ThreadPool* pool) {
+  parallel_for(pool, w.out, 16, [&](int64_t o0, int64_t o1, int) {
+    auto* wrow = static_cast<float*>(thread_scratch(kSlotRows, sizeof(float) * w.in));
+    for (int64_t o = o0; o < o1; ++o) {
+      dequantize_row(w.type, row_ptr(w, o), wrow, w.in);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ldx;
+        // Eight partial sums break the add dependency chain.
+        float acc[8] = {};
+        int64_t i = 0;
+        for (; i + 8 <= w.in; i += 8) {
+          for (int k = 0; k < 8; ++k) acc[k] += wrow[i + k] * xr[i + k];
+        }
+        for (; i < w.in; ++i) acc[0] += wrow[i] * xr[i];
+        y[r * ldy + o] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_scalar(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                   ThreadPool* pool) {
+  if (is_int8_type(w.type)) {
+    scalar_int8(w, x, rows, ldx, y, ldy, pool);
+  } else {
+    scalar_f32(w, x, rows, ldx, y, ldy, pool);
+  }
+}
+
+}  // namespace matmul_detail
+}  // namespace gem4

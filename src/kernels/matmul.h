@@ -1,0 +1,39 @@
+// Matrix products between a weight matrix stored in a GGUF type and f32 activations.
+// A weight W has `in` columns (ggml ne[0], contiguous) and `out` rows; row o starts at
+// data + o * row_bytes. The product is  Y[r, o] = sum_i W[o, i] * X[r, i]  for r < rows.
+// Prefill calls it with many rows (GEMM); decode with one (GEMV). Quantized types may quantize the
+// activations to 8 bits per 32-element block on the fly, as llama.cpp does.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_types.h"
+
+namespace gem4 {
+
+class ThreadPool;
+
+struct MatrixView {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t in = 0;   // columns (reduction length)
+  int64_t out = 0;  // rows
+  size_t row_bytes = 0;
+  // Rows [first, first + count) as a smaller matrix.
+  MatrixView rows(int64_t first, int64_t count) const;
+};
+
+// The fast path (dispatches on active_isa()). x: rows x in with leading dimension ldx;
+// y: rows x out with leading dimension ldy. Threads split the work; pool may be null.
+void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+            ThreadPool* pool);
+
+// Plain scalar reference (dequantize each weight row, f32 dot products in order). Exact semantics
+// the fast path is tested against.
+void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
+                      int64_t ldy);
+
+// Dequantizes row `o` of w into dst[in] (embedding lookups).
+void matrix_get_row(const MatrixView& w, int64_t o, float* dst);
+
+}  // namespace gem4

@@ -1,0 +1,36 @@
+// Internal to the matmul implementation: what matmul.cpp (dispatch, scalar path) shares with the
+// per-ISA kernel files. Declarations only: an inline function defined here would be compiled once per
+// ISA flag set and the linker would keep an arbitrary copy, so shared code lives in matmul.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul.h"
+
+namespace gem4::matmul_detail {
+
+// Weight types whose 32-element blocks store small unsigned integers u with a scale d (and, for the
+// "_1" types, a min m): weight = d * (u - offset) + m. Their fast path quantizes the activations to 8
+// bits per block as llama.cpp does (q8_0, or q8_1 with s = d * sum(q) when there is a min) and
+// multiplies integers: sum_i w_i x_i = d_w d_x (sum_i u_i q_i - offset * sum_i q_i) + m_w s_x.
+struct Int8Format {
+  int offset = 0;        // 128 for Q8_0 (signed bytes biased to unsigned), 8 for Q4_0, 16 for Q5_0
+  bool has_min = false;  // Q4_1, Q5_1
+};
+bool is_int8_type(GgmlType t);
+Int8Format int8_format(GgmlType t);
+
+// A 64-byte aligned per-thread buffer of at least `bytes`, kept between calls (it only grows). `slot`
+// tells apart buffers in use at the same time; valid until the next call with that slot on this thread.
+enum ScratchSlot { kSlotActivations = 0, kSlotPanel = 1, kSlotRows = 2, kSlotCount = 3 };
+void* thread_scratch(ScratchSlot slot, size_t bytes);
+
+// The three implementations behind matmul(); arguments already validated, rows >= 1, out >= 1.
+void matmul_scalar(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                   ThreadPool* pool);
+void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool);
+void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                   ThreadPool* pool);
+
+}  // namespace gem4::matmul_detail

@@ -1,0 +1,76 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gem4 {
+
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  // Accumulate in double: the norm is cheap and this keeps it independent of summation order.
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, float eps) {
+  for (int64_t g = 0; g < n_groups; ++g) rmsnorm(x + g * group, w, group, eps, x + g * group);
+}
+
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    if (inv_freq[i] == 0.0f) continue;  // proportional RoPE: this pair does not rotate
+    const float theta = float(pos) * inv_freq[i];
+    const float c = std::cos(theta), s = std::sin(theta);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + h * head_dim;
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c - b * s;
+      v[i + half] = a * s + b * c;
+    }
+  }
+}
+
+float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = float(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace gem4

@@ -1,0 +1,29 @@
+// Element-wise and row-wise operations of a transformer, in f32. Each has one plain implementation;
+// they are cheap next to the matrix products.
+#pragma once
+#include <cstdint>
+
+namespace gem4 {
+
+// y = x * (mean(x^2) + eps)^-1/2 * w (w may be null: no weight). In-place allowed (y == x).
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+// RMSNorm of each of n_groups consecutive groups of width `group` with one shared weight (or null).
+void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, float eps);
+
+// NeoX ("rotate half") RoPE of n_heads heads of width head_dim, in place, at position pos.
+// inv_freq has head_dim/2 entries; pair (i, i + head_dim/2) rotates by pos * inv_freq[i].
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq);
+
+// GELU, tanh approximation (PyTorch's gelu_pytorch_tanh).
+float gelu_tanh(float x);
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);  // out = gelu(gate) * up
+
+// Numerically stable softmax in place.
+void softmax(float* x, int64_t n);
+// x = cap * tanh(x / cap)
+void softcap(float* x, int64_t n, float cap);
+
+float dot_f32(const float* a, const float* b, int64_t n);
+void axpy_f32(float a, const float* x, float* y, int64_t n);  // y += a * x
+
+}  // namespace gem4

@@ -1,0 +1,98 @@
+#include "kernels/thread_pool.h"
+
+#include <algorithm>
+
+namespace gem4 {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::worker(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job = nullptr;
+    {
+      // Spin briefly before sleeping: ops arrive back to back during a forward pass, and a
+      // condition-variable wake-up costs tens of microseconds.
+      for (int spin = 0; spin < 20000; ++spin) {
+        if (__atomic_load_n(&generation_, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&stop_, __ATOMIC_ACQUIRE))
+          break;
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    (*job)(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    pending_.store(n_threads_ - 1, std::memory_order_release);
+    __atomic_store_n(&generation_, generation_ + 1, __ATOMIC_RELEASE);
+  }
+  cv_.notify_all();
+  fn(0);
+  // Wait for the workers: spin first, then sleep.
+  for (int spin = 0; spin < 200000 && pending_.load(std::memory_order_acquire) != 0; ++spin) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t n_grains = (n + grain - 1) / grain;
+  const int workers = static_cast<int>(std::min<int64_t>(n_threads_, n_grains));
+  if (workers <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  run_on_all([&](int t) {
+    if (t >= workers) return;
+    const int64_t g0 = n_grains * t / workers, g1 = n_grains * (t + 1) / workers;
+    const int64_t begin = g0 * grain, end = std::min(n, g1 * grain);
+    if (begin < end) fn(begin, end, t);
+  });
+}
+
+void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (pool) {
+    pool->parallel_for(n, grain, fn);
+  } else if (n > 0) {
+    fn(0, n, 0);
+  }
+}
+
+}  // namespace gem4

@@ -1,0 +1,45 @@
+// A persistent pool of worker threads. parallel_for splits [0, n) into contiguous chunks, one per
+// thread, runs them, and returns when all are done (one barrier per call). The calling thread works
+// too, so a pool of N threads starts N-1 workers.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gem4 {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // fn(begin, end, thread_index) over a partition of [0, n) into at most size() chunks; chunk
+  // boundaries are multiples of `grain` (except the last).
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+  // fn(thread_index) on every thread.
+  void run_on_all(const std::function<void(int)>& fn);
+
+ private:
+  void worker(int index);
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};
+  bool stop_ = false;
+};
+
+// Runs fn serially when pool is null.
+void parallel_for(ThreadPool* pool, int64_t n, int64_t grain,
+                  const std::function<void(int64_t, int64_t, int)>& fn);
+
+}  // namespace gem4

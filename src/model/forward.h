@@ -1,0 +1,80 @@
+// The Gemma 4 forward pass (spec section 2), executing a plan (model/batch.h) over micro-batches.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/batch.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace gem4 {
+
+class ThreadPool;
+
+struct ForwardOutputs {
+  int n_vocab = 0;
+  int d_model = 0;
+  std::vector<int> logit_rows;   // batch row of each logits row, in batch order
+  std::vector<float> logits;     // [logit_rows.size(), n_vocab], after the final softcap
+  std::vector<int> hidden_rows;  // batch row of each hidden row
+  std::vector<float> hidden;     // [hidden_rows.size(), d_model], post-final-norm (spec 2.5 step 18)
+  void clear();
+  // Logits of a batch row, or nullptr if that row did not ask for them.
+  const float* logits_of(int batch_row) const;
+  const float* hidden_of(int batch_row) const;
+};
+
+// Work done, for `gem4 bench` (FLOPs per token of the plan that ran).
+struct ForwardStats {
+  double matmul_macs = 0;
+  double attention_macs = 0;
+  int64_t rows = 0;        // rows entering layer 0
+  int64_t tail_rows = 0;   // rows that went through the KV-shared tail
+  int64_t micro_batches = 0;
+  int64_t skipped_tails = 0;  // micro-batches that stopped after the last K/V write
+  void reset() { *this = ForwardStats(); }
+};
+
+class Forward {
+ public:
+  Forward(const Model& model, ThreadPool* pool);
+
+  PlanSwitches switches;
+  int ubatch = 512;
+  ForwardStats stats;
+
+  // Runs every row of `batch` (appending K/V to `kv`) and fills `out` with the requested outputs.
+  // Rows of one sequence must have consecutive positions continuing that sequence's cache.
+  // Throws std::invalid_argument naming the row and field for a bad batch.
+  void run(const Batch& batch, KvCache& kv, ForwardOutputs& out);
+
+ private:
+  void run_micro_batch(const Batch& batch, const MicroBatchPlan& plan, KvCache& kv, ForwardOutputs& out);
+  void compute_ple(int first_layer, int n_layers, int n);
+  void prune_rows(const MicroBatchPlan& plan);
+  void attention_block(int l, KvCache& kv, bool cut_here, const MicroBatchPlan& plan);
+  void mlp_block(int l);
+  void ple_block(int l);
+  void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
+  void rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy);
+
+  const Model& model_;
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  ThreadPool* pool_;
+
+  // State of the current micro-batch; row i of every buffer is the i-th active row.
+  int n_ = 0;                     // active rows
+  std::vector<int32_t> tok_, pos_, seq_, row_;  // token, position, sequence, batch row
+  std::vector<int> kv_len_;       // per sequence: cached positions after this micro-batch
+  std::vector<float> x0_;         // [n, d] scaled token embeddings (PLE projection input)
+  std::vector<float> h_;          // [n, d] residual stream
+  std::vector<float> a_;          // [n, d] normed input of the current block
+  std::vector<float> ple_;        // [n, L*P] per-layer inputs
+  std::vector<float> q_, k_, v_, attn_, o_;     // attention intermediates
+  std::vector<float> gate_, up_, act_;          // MLP intermediates
+  std::vector<float> pg_;                       // [n, P] PLE gate
+  std::vector<float> tmp_;                      // [n, max(d, L*P)]
+};
+
+}  // namespace gem4

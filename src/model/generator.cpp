@@ -1,0 +1,272 @@
+#include "model/generator.h"
+
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "kernels/thread_pool.h"
+#include "tensor/quant.h"
+
+namespace gem4 {
+
+namespace {
+
+struct Shape {
+  int n_layer, d, n_head, n_kv_head, hd_swa, hd_full, n_ff, ple, window, n_shared, n_vocab, n_ctx;
+  bool double_wide;
+  int period;  // every `period`-th layer is full attention; the last layer is always full
+};
+
+Shape preset_shape(const std::string& p) {
+  if (p == "tiny") return {6, 128, 4, 2, 32, 64, 256, 32, 16, 2, 1024, 2048, true, 4};
+  if (p == "e2b") return {35, 1536, 8, 1, 256, 512, 6144, 256, 512, 20, 262144, 131072, true, 5};
+  if (p == "e4b") return {42, 2560, 8, 2, 256, 512, 10240, 256, 512, 18, 262144, 131072, false, 6};
+  throw std::invalid_argument("--preset: '" + p + "' is not one of tiny, e2b, e4b");
+}
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s, uint64_t seed) {
+  uint64_t h = seed ^ 0xcbf29ce484222325ULL;
+  for (char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
+  return splitmix(h);
+}
+
+// How a tensor's values are drawn: uniform with standard deviation `std` around `mean`.
+struct Init {
+  float mean = 0, std = 0;
+};
+
+struct PlannedTensor {
+  std::string name;
+  std::vector<int64_t> ne;
+  GgmlType type;
+  Init init;
+  size_t nbytes() const {
+    int64_t rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) rows *= ne[i];
+    return ggml_row_bytes(type, ne[0]) * size_t(rows);
+  }
+};
+
+// Fills a tensor row by row; each row has its own random stream, so threads can split rows freely.
+void fill_tensor(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPool* pool) {
+  const int64_t cols = t.ne[0];
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+  const size_t row_bytes = ggml_row_bytes(t.type, cols);
+  const uint64_t tseed = hash_name(t.name, seed);
+  const float half_width = t.init.std * std::sqrt(3.0f);
+  parallel_for(pool, rows, 64, [&](int64_t b, int64_t e, int) {
+    std::vector<float> row(cols);
+    for (int64_t r = b; r < e; ++r) {
+      uint64_t s = splitmix(tseed + uint64_t(r) * 0x9e3779b97f4a7c15ULL);
+      for (int64_t c = 0; c < cols; ++c) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
+        const float u = float(s >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        row[c] = t.init.mean + (2.0f * u - 1.0f) * half_width;
+      }
+      quantize_row(t.type, row.data(), dst + size_t(r) * row_bytes, cols);
+    }
+  });
+}
+
+struct GeneratedPlan {
+  gguf::GgufWriter meta;
+  std::vector<PlannedTensor> tensors;
+};
+
+void add_vocab(gguf::GgufWriter& w, const GeneratorSpec& spec, int& n_vocab) {
+  if (!spec.vocab_file.empty()) {
+    auto f = gguf::GgufFile::open(spec.vocab_file);
+    for (const auto& [key, value] : f->metadata())
+      if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, value);
+    n_vocab = int(f->get_string_array("tokenizer.ggml.tokens").size());
+    return;
+  }
+  // A synthetic vocabulary: the Gemma 4 control tokens, byte tokens, then placeholders.
+  std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>"};
+  std::vector<int32_t> types = {3, 3, 3, 2, 3, 3, 3};
+  for (int b = 0; b < 256 && int(tokens.size()) < n_vocab; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    tokens.push_back(buf);
+    types.push_back(6);
+  }
+  while (int(tokens.size()) < n_vocab) {
+    tokens.push_back("tok" + std::to_string(tokens.size()));
+    types.push_back(1);
+  }
+  tokens.resize(n_vocab);
+  types.resize(n_vocab);
+  w.set_string("tokenizer.ggml.model", "gemma4");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", std::vector<float>(n_vocab, -1000.0f));
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", {});
+  w.set_u32("tokenizer.ggml.bos_token_id", 2);
+  w.set_u32("tokenizer.ggml.eos_token_id", 1);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 3);
+  w.set_u32("tokenizer.ggml.padding_token_id", 0);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_space_prefix", false);
+}
+
+GeneratedPlan plan_model(const GeneratorSpec& spec) {
+  Shape s = preset_shape(spec.preset);
+  if (spec.n_vocab > 0) s.n_vocab = spec.n_vocab;
+  if (spec.n_ctx > 0) s.n_ctx = spec.n_ctx;
+  GeneratedPlan g;
+  auto& w = g.meta;
+  add_vocab(w, spec, s.n_vocab);
+  const std::string a = "gemma4.";
+  w.set_string("general.architecture", "gemma4");
+  w.set_string("general.name", "gem4-random-" + spec.preset);
+  w.set_u32("general.alignment", 32);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "embedding_length", s.d);
+  std::vector<uint32_t> ff(s.n_layer);
+  const int K = s.n_layer - s.n_shared;
+  for (int l = 0; l < s.n_layer; ++l) ff[l] = (s.double_wide && l >= K) ? 2 * s.n_ff : s.n_ff;
+  if (s.double_wide) w.set_u32_array(a + "feed_forward_length", ff);
+  else w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", s.n_kv_head);
+  w.set_u32(a + "attention.key_length", s.hd_full);
+  w.set_u32(a + "attention.value_length", s.hd_full);
+  w.set_u32(a + "attention.key_length_swa", s.hd_swa);
+  w.set_u32(a + "attention.value_length_swa", s.hd_swa);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.set_u32(a + "attention.sliding_window", s.window);
+  std::vector<bool> swa(s.n_layer);
+  for (int l = 0; l < s.n_layer; ++l) swa[l] = !((l + 1) % s.period == 0 || l == s.n_layer - 1);
+  w.set_bool_array(a + "attention.sliding_window_pattern", swa);
+  w.set_u32(a + "attention.shared_kv_layers", s.n_shared);
+  w.set_u32(a + "embedding_length_per_layer_input", s.ple);
+  w.set_f32(a + "rope.freq_base", 1e6f);
+  w.set_f32(a + "rope.freq_base_swa", 1e4f);
+  w.set_u32(a + "rope.dimension_count", s.hd_full);
+  w.set_u32(a + "rope.dimension_count_swa", s.hd_swa);
+  w.set_f32(a + "final_logit_softcapping", 30.0f);
+  w.set_u32("general.file_type", uint32_t(spec.type));
+
+  auto wtype = [&](int64_t cols) {
+    return cols % ggml_block_elems(spec.type) == 0 ? spec.type : GgmlType::F32;  // fall back like llama-quantize
+  };
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, Init init, bool matrix) {
+    const GgmlType t = matrix ? wtype(ne[0]) : GgmlType::F32;
+    g.tensors.push_back({name, std::move(ne), t, init});
+  };
+  const int64_t d = s.d, V = s.n_vocab, P = s.ple, L = s.n_layer;
+  const float norm_std = 0.05f;
+  add("token_embd.weight", {d, V}, {0, 1.0f / std::sqrt(float(d))}, true);
+  add("per_layer_token_embd.weight", {L * P, V}, {0, 1.0f / std::sqrt(float(P))}, true);
+  g.tensors.push_back({"per_layer_model_proj.weight", {d, L * P}, GgmlType::F32, {0, 1.0f / std::sqrt(float(d))}});
+  add("per_layer_proj_norm.weight", {P}, {1.0f, norm_std}, false);
+  add("output_norm.weight", {d}, {4.0f, 0.2f}, false);
+  {
+    // Proportional RoPE divisors (spec 1.3): a quarter of the full-layer pairs rotate.
+    PlannedTensor rf{"rope_freqs.weight", {s.hd_full / 2}, GgmlType::F32, {}};
+    g.tensors.push_back(rf);
+  }
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const int64_t hd = swa[l] ? s.hd_swa : s.hd_full, qw = s.n_head * hd, kvw = s.n_kv_head * hd;
+    const float qk_norm = 1.0f / std::pow(float(hd), 0.25f);
+    add(p + "attn_norm.weight", {d}, {1.0f, norm_std}, false);
+    add(p + "attn_q.weight", {d, qw}, {0, 1.0f / std::sqrt(float(d))}, true);
+    if (l < K || spec.include_shared_kv) {
+      add(p + "attn_k.weight", {d, kvw}, {0, 1.0f / std::sqrt(float(d))}, true);
+      add(p + "attn_v.weight", {d, kvw}, {0, 1.0f / std::sqrt(float(d))}, true);
+      add(p + "attn_k_norm.weight", {hd}, {qk_norm, 0.02f}, false);
+    }
+    add(p + "attn_q_norm.weight", {hd}, {qk_norm, 0.02f}, false);
+    add(p + "attn_output.weight", {qw, d}, {0, 1.0f / std::sqrt(float(qw))}, true);
+    add(p + "post_attention_norm.weight", {d}, {0.8f, norm_std}, false);
+    add(p + "ffn_norm.weight", {d}, {1.0f, norm_std}, false);
+    add(p + "ffn_gate.weight", {d, int64_t(ff[l])}, {0, 1.0f / std::sqrt(float(d))}, true);
+    add(p + "ffn_up.weight", {d, int64_t(ff[l])}, {0, 1.0f / std::sqrt(float(d))}, true);
+    add(p + "ffn_down.weight", {int64_t(ff[l]), d}, {0, 1.0f / std::sqrt(float(ff[l]))}, true);
+    add(p + "post_ffw_norm.weight", {d}, {0.8f, norm_std}, false);
+    add(p + "layer_output_scale.weight", {1}, {0.8f, 0.1f}, false);
+    add(p + "inp_gate.weight", {d, P}, {0, 1.0f / std::sqrt(float(d))}, true);
+    add(p + "proj.weight", {P, d}, {0, 1.0f / std::sqrt(float(P))}, true);
+    add(p + "post_norm.weight", {d}, {0.8f, norm_std}, false);
+  }
+  return g;
+}
+
+void fill_planned(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPool* pool) {
+  if (t.name == "rope_freqs.weight") {
+    auto* f = reinterpret_cast<float*>(dst);
+    const int64_t n = t.ne[0];
+    for (int64_t i = 0; i < n; ++i) f[i] = i < n / 4 ? 1.0f : 1e30f;
+    return;
+  }
+  fill_tensor(t, seed, dst, pool);
+}
+
+}  // namespace
+
+void write_generated_model(const GeneratorSpec& spec, const std::string& path, ThreadPool* pool) {
+  GeneratedPlan g = plan_model(spec);
+  for (const auto& t : g.tensors) {
+    const PlannedTensor copy = t;
+    const uint64_t seed = spec.seed;
+    g.meta.add_tensor_lazy(t.name, t.ne, t.type, [copy, seed, pool](uint8_t* dst, size_t) {
+      fill_planned(copy, seed, dst, pool);
+    });
+  }
+  g.meta.write(path);
+}
+
+namespace {
+struct MappedMemory {
+  void* p = nullptr;
+  size_t n = 0;
+  ~MappedMemory() {
+    if (p) munmap(p, n);
+  }
+};
+}  // namespace
+
+std::unique_ptr<Model> generate_model(const GeneratorSpec& spec, ThreadPool* pool) {
+  GeneratedPlan g = plan_model(spec);
+  size_t total = 0;
+  for (const auto& t : g.tensors) total += (t.nbytes() + 63) / 64 * 64;
+  auto mem = std::make_shared<MappedMemory>();
+  mem->n = std::max<size_t>(total, 64);
+  mem->p = mmap(nullptr, mem->n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem->p == MAP_FAILED) {
+    mem->p = nullptr;
+    throw std::runtime_error("generate_model: cannot allocate " + std::to_string(total) + " bytes");
+  }
+  TensorTable table;
+  size_t off = 0;
+  for (const auto& t : g.tensors) {
+    uint8_t* dst = static_cast<uint8_t*>(mem->p) + off;
+    fill_planned(t, spec.seed, dst, pool);
+    TensorRef r;
+    r.type = t.type;
+    r.ne = t.ne;
+    r.data = dst;
+    r.nbytes = t.nbytes();
+    table.emplace(t.name, std::move(r));
+    off += (t.nbytes() + 63) / 64 * 64;
+  }
+  const std::vector<uint8_t> meta_bytes = g.meta.to_bytes();
+  auto meta = gguf::GgufFile::from_memory(meta_bytes.data(), meta_bytes.size(), "<generated " + spec.preset + ">");
+  return Model::from_memory(std::move(meta), std::move(table), std::shared_ptr<void>(mem, mem->p));
+}
+
+}  // namespace gem4

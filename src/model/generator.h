@@ -1,0 +1,34 @@
+// Random-weight Gemma 4 models of any shape and type, so tests and benchmarks need no download.
+// Presets `tiny`, `e2b`, `e4b` follow the real dimensions and tensor set (spec 1.1 and 4.4; e2b/e4b
+// keep the unused K/V tensors of shared layers, as llama.cpp-converted files do). Weights are drawn so
+// activations stay in a realistic range: linear weights with variance 1/fan_in, norms near 1.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/ggml_types.h"
+#include "model/model.h"
+
+namespace gem4 {
+
+class ThreadPool;
+
+struct GeneratorSpec {
+  std::string preset = "tiny";      // tiny | e2b | e4b
+  GgmlType type = GgmlType::F32;    // type of the 2-D weights (1-D tensors stay F32)
+  std::string vocab_file;           // copy the tokenizer of this GGUF (its size sets n_vocab)
+  int n_vocab = 0;                  // synthetic vocabulary size (0: preset default)
+  int n_ctx = 0;                    // context_length key (0: preset default)
+  uint64_t seed = 42;
+  bool include_shared_kv = true;    // write the unused K/V tensors of KV-shared layers
+};
+
+// Writes a GGUF file (streaming; multi-GB files never sit in memory). Throws with the path on failure.
+void write_generated_model(const GeneratorSpec& spec, const std::string& path, ThreadPool* pool);
+// Builds the model directly in memory (what `gem4 bench` does without -m).
+std::unique_ptr<Model> generate_model(const GeneratorSpec& spec, ThreadPool* pool);
+
+}  // namespace gem4

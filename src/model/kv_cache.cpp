@@ -1,0 +1,133 @@
+#include "model/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "tensor/quant.h"
+
+namespace gem4 {
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F32: return "f32";
+    case KvType::F16: return "f16";
+    case KvType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+KvType kv_type_from_name(const std::string& s) {
+  if (s == "f32") return KvType::F32;
+  if (s == "f16") return KvType::F16;
+  if (s == "bf16") return KvType::BF16;
+  throw std::invalid_argument("--kv-type: '" + s + "' is not one of f32, f16, bf16");
+}
+
+KvCache::KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvType type)
+    : n_ctx_(n_ctx), n_seq_(n_seq), max_ubatch_(max_ubatch), type_(type), seq_len_(n_seq, 0) {
+  if (n_ctx <= 0 || n_seq <= 0 || max_ubatch <= 0) throw std::invalid_argument("KvCache: sizes must be positive");
+  for (const auto& L : c.layers) {
+    if (!L.owns_kv) continue;
+    Slot s;
+    s.sliding = L.sliding && c.sliding_window > 0;
+    s.capacity = s.sliding ? std::min(n_ctx, c.sliding_window + max_ubatch) : n_ctx;
+    s.width = L.n_kv_heads * L.head_dim;
+    const size_t n = size_t(n_seq) * s.capacity * s.width * elem_bytes();
+    s.k.assign(n, 0);
+    s.v.assign(n, 0);
+    slots_.push_back(std::move(s));
+  }
+}
+
+size_t KvCache::elem_bytes() const { return type_ == KvType::F32 ? 4 : 2; }
+
+size_t KvCache::offset(const Slot& s, int seq, int cell) const {
+  return (size_t(seq) * s.capacity + cell) * s.width * elem_bytes();
+}
+
+void KvCache::truncate(int seq, int len) {
+  if (seq < 0 || seq >= n_seq_) throw std::out_of_range("KvCache: sequence id " + std::to_string(seq) + " out of range");
+  seq_len_[seq] = std::min(seq_len_[seq], std::max(0, len));
+}
+
+void KvCache::clear_all() { std::fill(seq_len_.begin(), seq_len_.end(), 0); }
+
+void KvCache::set_seq_len(int seq, int len) { seq_len_.at(seq) = len; }
+
+void KvCache::copy_prefix(int src, int dst, int len) {
+  if (src == dst) return;
+  len = std::min(len, seq_len_.at(src));
+  for (auto& s : slots_) {
+    const size_t row = size_t(s.width) * elem_bytes();
+    const int first = s.sliding ? std::max(0, len - s.capacity) : 0;
+    for (int pos = first; pos < len; ++pos) {
+      const int cell = s.sliding ? pos % s.capacity : pos;
+      std::memcpy(s.k.data() + offset(s, dst, cell), s.k.data() + offset(s, src, cell), row);
+      std::memcpy(s.v.data() + offset(s, dst, cell), s.v.data() + offset(s, src, cell), row);
+    }
+  }
+  seq_len_.at(dst) = len;
+}
+
+namespace {
+void store_row(KvType t, const float* src, uint8_t* dst, int n) {
+  switch (t) {
+    case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
+    case KvType::F16: {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+      break;
+    }
+    case KvType::BF16: {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+      break;
+    }
+  }
+}
+void load_row(KvType t, const uint8_t* src, float* dst, int n) {
+  switch (t) {
+    case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
+    case KvType::F16: {
+      auto* s = reinterpret_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+      break;
+    }
+    case KvType::BF16: {
+      auto* s = reinterpret_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
+      break;
+    }
+  }
+}
+}  // namespace
+
+void KvCache::write(int slot, int seq, int pos, const float* k, const float* v) {
+  Slot& s = slots_[slot];
+  if (pos < 0 || pos >= n_ctx_) throw std::out_of_range("KvCache: position " + std::to_string(pos) + " outside the context");
+  const int cell = cell_of(slot, pos);
+  store_row(type_, k, s.k.data() + offset(s, seq, cell), s.width);
+  store_row(type_, v, s.v.data() + offset(s, seq, cell), s.width);
+}
+
+const void* KvCache::k_row(int slot, int seq, int cell) const {
+  return slots_[slot].k.data() + offset(slots_[slot], seq, cell);
+}
+const void* KvCache::v_row(int slot, int seq, int cell) const {
+  return slots_[slot].v.data() + offset(slots_[slot], seq, cell);
+}
+void KvCache::read_k(int slot, int seq, int cell, float* dst) const {
+  load_row(type_, static_cast<const uint8_t*>(k_row(slot, seq, cell)), dst, slots_[slot].width);
+}
+void KvCache::read_v(int slot, int seq, int cell, float* dst) const {
+  load_row(type_, static_cast<const uint8_t*>(v_row(slot, seq, cell)), dst, slots_[slot].width);
+}
+
+size_t KvCache::bytes() const {
+  size_t n = 0;
+  for (const auto& s : slots_) n += s.k.size() + s.v.size();
+  return n;
+}
+
+}  // namespace gem4

@@ -1,0 +1,68 @@
+// The KV cache: K and V only for the KV-owning layers (spec 1.2); shared layers read their donor's.
+// Each sequence has its own cells. Full-attention layers keep one cell per position (up to n_ctx);
+// sliding layers keep a ring of (window + max_ubatch) cells, indexed by position modulo the ring
+// size, so a micro-batch never overwrites a key that one of its own queries still needs, and rolling
+// back a rejected speculative draft (at most max_ubatch positions) never loses a live key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gem4 {
+
+enum class KvType { F32, F16, BF16 };
+const char* kv_type_name(KvType t);
+KvType kv_type_from_name(const std::string& s);  // throws std::invalid_argument naming the value
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvType type);
+
+  int n_ctx() const { return n_ctx_; }
+  int n_seq() const { return n_seq_; }
+  KvType type() const { return type_; }
+  int max_ubatch() const { return max_ubatch_; }
+  // Number of positions stored for a sequence (the next position to write).
+  int seq_len(int seq) const { return seq_len_.at(seq); }
+  // Forget positions >= len (rollback of rejected drafts, or a new prompt).
+  void truncate(int seq, int len);
+  void clear(int seq) { truncate(seq, 0); }
+  void clear_all();
+  // Copy the first len positions of src into dst (prefix reuse); sliding rings keep what is live.
+  void copy_prefix(int src, int dst, int len);
+  // Marks positions [0, len) as written (the forward pass calls it after writing a micro-batch).
+  void set_seq_len(int seq, int len);
+
+  // Cell capacity of a KV slot (n_ctx for full layers, the ring size for sliding ones).
+  int capacity(int slot) const { return slots_[slot].capacity; }
+  int cell_of(int slot, int pos) const { return slots_[slot].sliding ? pos % slots_[slot].capacity : pos; }
+  int row_width(int slot) const { return slots_[slot].width; }  // n_kv_heads * head_dim
+  // Write one K and V row (f32) for a position.
+  void write(int slot, int seq, int pos, const float* k, const float* v);
+  // Raw storage of a cell's K or V row, in the cache type.
+  const void* k_row(int slot, int seq, int cell) const;
+  const void* v_row(int slot, int seq, int cell) const;
+  // Read a row as f32 (converting if needed).
+  void read_k(int slot, int seq, int cell, float* dst) const;
+  void read_v(int slot, int seq, int cell, float* dst) const;
+
+  size_t bytes() const;  // allocated bytes of K/V storage
+
+ private:
+  struct Slot {
+    bool sliding = false;
+    int capacity = 0;
+    int width = 0;
+    std::vector<uint8_t> k, v;  // [n_seq][capacity][width] in the cache type
+  };
+  size_t elem_bytes() const;
+  size_t offset(const Slot& s, int seq, int cell) const;
+  int n_ctx_, n_seq_, max_ubatch_;
+  KvType type_;
+  std::vector<Slot> slots_;
+  std::vector<int> seq_len_;
+};
+
+}  // namespace gem4

@@ -1,0 +1,173 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+#include "tensor/quant.h"
+
+namespace gem4 {
+
+TensorTable tensor_table_from_gguf(const gguf::GgufFile& f) {
+  TensorTable t;
+  for (const auto& info : f.tensors()) {
+    TensorRef r;
+    r.type = info.type;
+    r.ne = info.ne;
+    r.data = f.tensor_data(info);
+    r.nbytes = info.nbytes;
+    t.emplace(info.name, std::move(r));
+  }
+  return t;
+}
+
+ParamCount count_params(const TensorTable& t) {
+  ParamCount c;
+  for (const auto& [name, r] : t) {
+    int64_t n = 1;
+    for (auto e : r.ne) n *= e;
+    c.params += n;
+    c.bytes += int64_t(r.nbytes);
+  }
+  return c;
+}
+
+namespace {
+
+class Binder {
+ public:
+  Binder(const TensorTable& t, const std::string& file) : t_(t), file_(file) {}
+
+  const TensorRef* find(const std::string& name) const {
+    auto it = t_.find(name);
+    return it == t_.end() ? nullptr : &it->second;
+  }
+
+  std::runtime_error error(const std::string& name, const std::string& what) const {
+    return std::runtime_error(file_ + ": tensor '" + name + "': " + what);
+  }
+
+  static std::string shape_str(const std::vector<int64_t>& ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+  }
+
+  const TensorRef& require(const std::string& name, const std::vector<int64_t>& ne) const {
+    const TensorRef* r = find(name);
+    if (!r) throw error(name, "missing (expected shape " + shape_str(ne) + ")");
+    std::vector<int64_t> got = r->ne;
+    while (got.size() > ne.size() && got.back() == 1) got.pop_back();
+    if (got != ne) throw error(name, "has shape " + shape_str(r->ne) + ", expected " + shape_str(ne));
+    return *r;
+  }
+
+  MatrixView matrix(const std::string& name, int64_t in, int64_t out) const {
+    const TensorRef& r = require(name, {in, out});
+    require_supported_weight_type(r.type, file_ + ": " + name);
+    MatrixView m;
+    m.type = r.type;
+    m.data = r.data;
+    m.in = in;
+    m.out = out;
+    m.row_bytes = ggml_row_bytes(r.type, in);
+    return m;
+  }
+
+  std::vector<float> vec(const std::string& name, int64_t n) const {
+    const TensorRef& r = require(name, {n});
+    require_supported_weight_type(r.type, file_ + ": " + name);
+    if (n % ggml_block_elems(r.type) != 0) throw error(name, "length not a multiple of its type's block");
+    std::vector<float> v(n);
+    dequantize_row(r.type, r.data, v.data(), n);
+    return v;
+  }
+
+ private:
+  const TensorTable& t_;
+  const std::string& file_;
+};
+
+}  // namespace
+
+ModelWeights ModelWeights::bind(const ModelConfig& c, const TensorTable& t, const std::string& file) {
+  Binder b(t, file);
+  ModelWeights w;
+  const int64_t d = c.d_model;
+  const bool assistant = c.arch == "gemma4-assistant";
+  const TensorRef* emb = b.find("token_embd.weight");
+  if (!emb || emb->ne.size() != 2 || emb->ne[0] != d)
+    throw b.error("token_embd.weight", emb ? "has shape " + Binder::shape_str(emb->ne) + ", expected [" +
+                                                 std::to_string(d) + ", n_vocab]"
+                                           : "missing");
+  w.token_embd = b.matrix("token_embd.weight", d, emb->ne[1]);
+  w.output_norm = b.vec("output_norm.weight", d);
+  if (c.ple_dim > 0) {
+    const int64_t lp = int64_t(c.n_layer) * c.ple_dim;
+    w.ple_token_embd = b.matrix("per_layer_token_embd.weight", lp, emb->ne[1]);
+    w.ple_model_proj = b.matrix("per_layer_model_proj.weight", d, lp);
+    w.ple_proj_norm = b.vec("per_layer_proj_norm.weight", c.ple_dim);
+  }
+  if (assistant) {
+    if (c.d_backbone <= 0) throw b.error("nextn.pre_projection.weight", "needs gemma4-assistant.embedding_length_out");
+    w.nextn_pre_proj = b.matrix("nextn.pre_projection.weight", 2 * int64_t(c.d_backbone), d);
+    w.nextn_post_proj = b.matrix("nextn.post_projection.weight", d, c.d_backbone);
+  }
+
+  // RoPE: sliding layers use plain NeoX frequencies; full layers divide by rope_freqs (proportional
+  // RoPE, spec 1.3): a divisor of 1e30 means the pair does not rotate, which we store as exactly 0.
+  bool any_full = false;
+  for (const auto& L : c.layers) any_full |= !L.sliding;
+  if (const TensorRef* rf = b.find("rope_freqs.weight")) {
+    int64_t half_full = 0;
+    for (const auto& L : c.layers)
+      if (!L.sliding) half_full = L.head_dim / 2;
+    if (any_full) w.rope_freqs = b.vec("rope_freqs.weight", half_full);
+    (void)rf;
+  }
+  w.inv_freq.resize(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerConfig& L = c.layers[l];
+    auto& f = w.inv_freq[l];
+    f.resize(L.head_dim / 2);
+    for (int i = 0; i < L.head_dim / 2; ++i) {
+      double inv = std::pow(double(L.rope_base), -2.0 * i / double(L.n_rot));
+      if (!L.sliding && !w.rope_freqs.empty()) inv /= double(w.rope_freqs[i]);
+      f[i] = inv < 1e-20 ? 0.0f : float(inv);
+    }
+  }
+
+  w.layers.resize(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerConfig& L = c.layers[l];
+    LayerWeights& lw = w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const int64_t q_w = int64_t(c.n_head) * L.head_dim, kv_w = int64_t(L.n_kv_heads) * L.head_dim;
+    lw.attn_norm = b.vec(p + "attn_norm.weight", d);
+    lw.attn_q = b.matrix(p + "attn_q.weight", d, q_w);
+    lw.attn_q_norm = b.vec(p + "attn_q_norm.weight", L.head_dim);
+    if (L.owns_kv) {
+      // On shared layers attn_k/attn_v/attn_k_norm may be present (llama.cpp converter) but are never read.
+      lw.attn_k = b.matrix(p + "attn_k.weight", d, kv_w);
+      lw.attn_k_norm = b.vec(p + "attn_k_norm.weight", L.head_dim);
+      lw.has_v = b.find(p + "attn_v.weight") != nullptr;
+      if (lw.has_v) lw.attn_v = b.matrix(p + "attn_v.weight", d, kv_w);
+    }
+    lw.attn_output = b.matrix(p + "attn_output.weight", q_w, d);
+    lw.post_attention_norm = b.vec(p + "post_attention_norm.weight", d);
+    lw.ffn_norm = b.vec(p + "ffn_norm.weight", d);
+    lw.ffn_gate = b.matrix(p + "ffn_gate.weight", d, L.n_ff);
+    lw.ffn_up = b.matrix(p + "ffn_up.weight", d, L.n_ff);
+    lw.ffn_down = b.matrix(p + "ffn_down.weight", L.n_ff, d);
+    lw.post_ffw_norm = b.vec(p + "post_ffw_norm.weight", d);
+    if (b.find(p + "layer_output_scale.weight")) lw.layer_output_scale = b.vec(p + "layer_output_scale.weight", 1)[0];
+    if (c.ple_dim > 0) {
+      lw.ple_inp_gate = b.matrix(p + "inp_gate.weight", d, c.ple_dim);
+      lw.ple_proj = b.matrix(p + "proj.weight", c.ple_dim, d);
+      lw.ple_post_norm = b.vec(p + "post_norm.weight", d);
+    }
+  }
+  return w;
+}
+
+}  // namespace gem4

@@ -1,0 +1,423 @@
+#include "text/vocab.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <initializer_list>
+
+#include "gguf/gguf.h"
+
+namespace gem4::text {
+
+namespace {
+
+const std::string kSpaceMarker = "\xE2\x96\x81";  // U+2581, how the vocabulary spells a space
+
+uint32_t attrs_from_type(int32_t type) {
+  switch (static_cast<TokenType>(type)) {
+    case TokenType::Normal: return attr::kNormal;
+    case TokenType::Unknown: return attr::kUnknown;
+    case TokenType::Control: return attr::kControl;
+    case TokenType::UserDefined: return attr::kUserDefined;
+    case TokenType::Unused: return attr::kUnused;
+    case TokenType::Byte: return attr::kByte;
+    default: return attr::kUndefined;
+  }
+}
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
+}
+
+uint64_t mix64(uint64_t k) {  // splitmix64 finaliser: spreads ids that differ in few bits
+  k ^= k >> 30;
+  k *= 0xbf58476d1ce4e5b9ull;
+  k ^= k >> 27;
+  k *= 0x94d049bb133111ebull;
+  k ^= k >> 31;
+  return k;
+}
+
+// Length of the UTF-8 character that starts with `lead`, judged from the lead byte alone, as
+// llama.cpp's unicode_len_utf8 does (a stray continuation byte counts as a character of its own).
+size_t utf8_char_len(uint8_t lead) {
+  static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kLen[lead >> 4];
+}
+
+std::string_view last_char(std::string_view s) {
+  size_t i = s.size();
+  while (i > 0 && (static_cast<uint8_t>(s[i - 1]) & 0xC0) == 0x80) --i;
+  if (i == 0) return s.substr(s.size() - 1);
+  --i;
+  return utf8_char_len(static_cast<uint8_t>(s[i])) == s.size() - i ? s.substr(i) : s.substr(s.size() - 1);
+}
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
+    out.append(s, pos, hit - pos);
+    out.append(to);
+  }
+  out.append(s, pos);
+  return out;
+}
+
+// The texts llama.cpp uses to recognise special tokens that the converter did not label
+// (llama-vocab.cpp, "auto-detect special tokens by text"). Data, not ids.
+const std::initializer_list<const char*> kEotTexts = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<end_of_utterance>"};
+const std::initializer_list<const char*> kEomTexts = {"<|eom_id|>"};
+const std::initializer_list<const char*> kFimPreTexts = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+    "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"};
+const std::initializer_list<const char*> kFimSufTexts = {
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+    "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"};
+const std::initializer_list<const char*> kFimMidTexts = {
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+    "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"};
+const std::initializer_list<const char*> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                                         "<PAD>", "[PAD]"};
+const std::initializer_list<const char*> kFimRepTexts = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                                         "<REPO>", "<reponame>"};
+const std::initializer_list<const char*> kFimSepTexts = {"<|file_sep|>"};
+// Tokens that end generation, recognised by text. The last three are Gemma 4's.
+const std::initializer_list<const char*> kEogTexts = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["};
+
+bool text_in(std::string_view text, std::initializer_list<const char*> list) {
+  for (const char* t : list)
+    if (text == t) return true;
+  return false;
+}
+
+// --- reading keys ---------------------------------------------------------------------------
+
+[[noreturn]] void key_error(const gguf::GgufFile& file, const std::string& key, const std::string& what) {
+  throw TokenizerError(file.path() + ": " + key + ": " + what);
+}
+
+const gguf::Value& string_array(const gguf::GgufFile& file, const std::string& key) {
+  const gguf::Value* v = file.find(key);
+  if (!v) key_error(file, key, "missing (not a tokenizer GGUF?)");
+  if (v->type != gguf::ValueType::ARRAY || v->elem_type != gguf::ValueType::STRING)
+    key_error(file, key, std::string("expected an array of strings, found ") + gguf::value_type_name(v->type));
+  return *v;
+}
+
+std::vector<std::string> copy_strings(const gguf::Value& v) {
+  std::vector<std::string> out;
+  out.reserve(v.elems.size());
+  for (const gguf::Value& e : v.elems) out.push_back(e.s);
+  return out;
+}
+
+}  // namespace
+
+VocabData VocabData::from_gguf(const gguf::GgufFile& file) {
+  VocabData d;
+  d.source = file.path();
+  const std::string model_key = "tokenizer.ggml.model";
+  const gguf::Value* model = file.find(model_key);
+  if (!model) key_error(file, model_key, "missing (not a tokenizer GGUF?)");
+  if (model->type != gguf::ValueType::STRING) key_error(file, model_key, "expected a string");
+  d.model = model->s;
+
+  d.tokens = copy_strings(string_array(file, "tokenizer.ggml.tokens"));
+  d.merges = copy_strings(string_array(file, "tokenizer.ggml.merges"));
+
+  const std::string types_key = "tokenizer.ggml.token_type";
+  if (const gguf::Value* t = file.find(types_key)) {
+    if (t->type != gguf::ValueType::ARRAY || !(t->elem_type == gguf::ValueType::INT32 ||
+                                               t->elem_type == gguf::ValueType::UINT32))
+      key_error(file, types_key, "expected an array of int32");
+    d.types.reserve(t->elems.size());
+    for (const gguf::Value& e : t->elems) d.types.push_back(static_cast<int32_t>(e.as_int()));
+  }
+
+  // Special ids: an id outside the vocabulary is ignored, as llama.cpp does (it warns).
+  const int64_t n = static_cast<int64_t>(d.tokens.size());
+  auto read_id = [&](const char* key, int32_t& id) {
+    const gguf::Value* v = file.find(key);
+    if (!v) return;
+    if (!v->is_integer()) key_error(file, key, "expected an integer token id");
+    const int64_t x = v->as_int();
+    if (x >= 0 && x < n) id = static_cast<int32_t>(x);
+  };
+  SpecialIds& s = d.special;
+  read_id("tokenizer.ggml.bos_token_id", s.bos);
+  read_id("tokenizer.ggml.eos_token_id", s.eos);
+  read_id("tokenizer.ggml.eot_token_id", s.eot);
+  read_id("tokenizer.ggml.eom_token_id", s.eom);
+  read_id("tokenizer.ggml.unknown_token_id", s.unk);
+  read_id("tokenizer.ggml.seperator_token_id", s.sep);  // sic: the key is spelled this way
+  read_id("tokenizer.ggml.padding_token_id", s.pad);
+  read_id("tokenizer.ggml.mask_token_id", s.mask);
+  read_id("tokenizer.ggml.fim_pre_token_id", s.fim_pre);
+  read_id("tokenizer.ggml.fim_suf_token_id", s.fim_suf);
+  read_id("tokenizer.ggml.fim_mid_token_id", s.fim_mid);
+  read_id("tokenizer.ggml.fim_pad_token_id", s.fim_pad);
+  read_id("tokenizer.ggml.fim_rep_token_id", s.fim_rep);
+  read_id("tokenizer.ggml.fim_sep_token_id", s.fim_sep);
+  read_id("tokenizer.ggml.prefix_token_id", s.fim_pre);  // deprecated spellings
+  read_id("tokenizer.ggml.suffix_token_id", s.fim_suf);
+  read_id("tokenizer.ggml.middle_token_id", s.fim_mid);
+
+  d.add_eos = file.get_bool_or("tokenizer.ggml.add_eos_token", false);
+  d.add_space_prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", false);
+  // Gemma 4's tokenizer.json stopped inserting <bos>, so converted files may say false; llama.cpp
+  // forces it on for this tokenizer (PR #21500) and so do we.
+  d.add_bos = true;
+  return d;
+}
+
+// --- Vocab ----------------------------------------------------------------------------------
+
+Vocab::Vocab(VocabData data) : source_(std::move(data.source)) {
+  if (data.model != "gemma4")
+    throw TokenizerError(source_ + ": tokenizer.ggml.model is '" + data.model +
+                         "'; only the 'gemma4' tokenizer (llama.cpp's converter) is supported");
+  const size_t n = data.tokens.size();
+  if (n == 0) throw TokenizerError(source_ + ": tokenizer.ggml.tokens is empty");
+  if (n > static_cast<size_t>(INT32_MAX / 2)) throw TokenizerError(source_ + ": vocabulary too large");
+  if (!data.types.empty() && data.types.size() < n)
+    throw TokenizerError(source_ + ": tokenizer.ggml.token_type has " + std::to_string(data.types.size()) +
+                         " entries for " + std::to_string(n) + " tokens");
+
+  tokens_ = std::move(data.tokens);
+  types_.resize(n, TokenType::Normal);
+  attrs_.resize(n, attr::kNormal);
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens_[i].empty()) tokens_[i] = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
+    if (!data.types.empty()) {
+      types_[i] = static_cast<TokenType>(data.types[i]);
+      attrs_[i] = attrs_from_type(data.types[i]);
+    }
+  }
+  token_ids_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, inserted] = token_ids_.emplace(std::string_view(tokens_[i]), static_cast<int32_t>(i));
+    if (!inserted)
+      throw TokenizerError(source_ + ": tokenizer.ggml.tokens: duplicate token '" + tokens_[i] + "' at ids " +
+                           std::to_string(it->second) + " and " + std::to_string(i));
+  }
+
+  static const char* kHex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    const char name[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
+    byte_tokens_[b] = find(name).value_or(kNoToken);
+  }
+
+  special_ = data.special;
+  for (int32_t* id : {&special_.bos, &special_.eos, &special_.unk, &special_.sep, &special_.pad, &special_.mask,
+                      &special_.eot, &special_.eom, &special_.fim_pre, &special_.fim_suf, &special_.fim_mid,
+                      &special_.fim_pad, &special_.fim_rep, &special_.fim_sep})
+    if (!valid(*id)) *id = kNoToken;
+  add_bos_ = data.add_bos;
+  add_eos_ = data.add_eos;
+  add_space_prefix_ = data.add_space_prefix;
+
+  derive_attributes();
+
+  // Whole-piece matching before BPE: llama.cpp's cache_special_tokens, longest first. llama.cpp's
+  // sort is not stable; equal lengths go by id here so the order is reproducible.
+  for (int32_t id = 0; id < n_tokens(); ++id)
+    if (attrs_[id] & (attr::kControl | attr::kUserDefined | attr::kUnknown)) special_tokens_.push_back(id);
+  std::stable_sort(special_tokens_.begin(), special_tokens_.end(), [&](int32_t a, int32_t b) {
+    return tokens_[a].size() > tokens_[b].size();
+  });
+
+  pieces_.resize(n);
+  for (int32_t id = 0; id < n_tokens(); ++id) {
+    const uint32_t a = attrs_[id];
+    const std::string& t = tokens_[id];
+    if (a & (attr::kUnknown | attr::kControl | attr::kUserDefined)) {
+      pieces_[id] = t;
+    } else if (a & attr::kNormal) {
+      pieces_[id] = t.find(kSpaceMarker) == std::string::npos ? t : replace_all(t, kSpaceMarker, " ");
+    } else if (a & attr::kByte) {
+      // llama.cpp reads the two characters after "<0x" as hex.
+      const std::string hex = t.size() >= 5 ? t.substr(3, 2) : std::string();
+      pieces_[id] = std::string(1, static_cast<char>(std::strtol(hex.c_str(), nullptr, 16)));
+    }
+  }
+
+  for (int c = 0; c < 128; ++c) ascii_symbols_[c] = kNoToken;
+  build_merges(data.merges);
+  for (int c = 0; c < 128; ++c) {
+    const char ch = static_cast<char>(c);
+    ascii_symbols_[c] = symbol(std::string_view(&ch, 1));
+  }
+}
+
+void Vocab::derive_attributes() {
+  // Order and rules follow llama.cpp's llama_vocab::impl::load; token order is by id here.
+  auto promote = [&](int32_t id) { attrs_[id] |= attr::kControl; };
+  auto detect = [&](int32_t& slot, std::initializer_list<const char*> texts, int32_t id) {
+    if (slot == kNoToken && text_in(tokens_[id], texts)) {
+      slot = id;
+      promote(id);
+    }
+  };
+  for (int32_t id = 0; id < n_tokens(); ++id) {
+    detect(special_.eot, kEotTexts, id);
+    detect(special_.eom, kEomTexts, id);
+    detect(special_.fim_pre, kFimPreTexts, id);
+    detect(special_.fim_suf, kFimSufTexts, id);
+    detect(special_.fim_mid, kFimMidTexts, id);
+    detect(special_.fim_pad, kFimPadTexts, id);
+    detect(special_.fim_rep, kFimRepTexts, id);
+    detect(special_.fim_sep, kFimSepTexts, id);
+  }
+  // Control tokens named "unused" are unused.
+  for (int32_t id = 0; id < n_tokens(); ++id)
+    if ((attrs_[id] & attr::kControl) && tokens_[id].find("unused") != std::string::npos)
+      attrs_[id] |= attr::kUnused;
+
+  eog_flags_.assign(tokens_.size(), 0);
+  for (int32_t id : {special_.fim_pad, special_.fim_rep, special_.fim_sep})
+    if (id != kNoToken) eog_flags_[id] = 1;
+  for (int32_t id = 0; id < n_tokens(); ++id) {
+    if (text_in(tokens_[id], kEogTexts)) {
+      eog_flags_[id] = 1;
+      promote(id);  // e.g. <|tool_response>: USER_DEFINED in the file, CONTROL as well after this
+    }
+  }
+  // gpt-oss tokens that llama.cpp always renders.
+  for (int32_t id = 0; id < n_tokens(); ++id)
+    if (text_in(tokens_[id], {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}))
+      attrs_[id] = attr::kUserDefined;
+  for (int32_t id : {special_.eos, special_.eot, special_.eom})
+    if (id != kNoToken) eog_flags_[id] = 1;
+
+  auto eog_with_text = [&](std::initializer_list<const char*> texts) {
+    for (int32_t id = 0; id < n_tokens(); ++id)
+      if (eog_flags_[id] && text_in(tokens_[id], texts)) return id;
+    return kNoToken;
+  };
+  // o200k_harmony / solar-open: <|end|> is not an end of generation there.
+  {
+    const int32_t ret = eog_with_text({"<|return|>"}), call = eog_with_text({"<|call|>", "<|calls|>"});
+    const int32_t flush = eog_with_text({"<|flush|>"}), end = eog_with_text({"<|end|>"});
+    if (end != kNoToken && call != kNoToken && (ret != kNoToken || flush != kNoToken)) {
+      eog_flags_[end] = 0;
+      attrs_[end] = attr::kUserDefined;
+    }
+  }
+  // Gemma 4: </s> (id 212 in the real vocabulary) is an ordinary token, not an end of generation.
+  {
+    const int32_t tool_response = eog_with_text({"<|tool_response>"}), s = eog_with_text({"</s>"});
+    if (tool_response != kNoToken && s != kNoToken) {
+      eog_flags_[s] = 0;
+      attrs_[s] = attr::kNormal;
+    }
+  }
+  for (int32_t id = 0; id < n_tokens(); ++id)
+    if (eog_flags_[id]) eog_ids_.push_back(id);
+}
+
+void Vocab::build_merges(const std::vector<std::string>& merges) {
+  size_t capacity = 16;
+  while (capacity < merges.size() * 2) capacity <<= 1;
+  merge_slots_.assign(capacity, MergeSlot{kEmptyKey, Merge{0, 0}});
+  merge_mask_ = capacity - 1;
+
+  auto intern = [&](std::string_view s) -> int32_t {
+    int32_t id = symbol(s);
+    if (id != kNoToken) return id;
+    id = n_tokens() + static_cast<int32_t>(extra_symbols_.size());
+    extra_symbols_.emplace(std::string(s), id);
+    return id;
+  };
+
+  std::string joined;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& m = merges[rank];
+    // llama.cpp splits at the first space after position 0, so a merge may start with a space.
+    const size_t pos = m.find(' ', 1);
+    if (pos == std::string::npos || pos + 1 >= m.size()) continue;  // can never apply
+    const std::string_view left(m.data(), pos), right(m.data() + pos + 1, m.size() - pos - 1);
+    const int32_t l = intern(left), r = intern(right);
+    joined.assign(left);
+    joined.append(right);
+    const int32_t result = intern(joined);
+
+    const uint64_t key = pair_key(l, r);
+    for (uint64_t i = mix64(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
+      MergeSlot& slot = merge_slots_[i];
+      if (slot.key == key) break;  // a repeated pair keeps its first (lowest) rank
+      if (slot.key == kEmptyKey) {
+        slot = MergeSlot{key, Merge{static_cast<int32_t>(rank), result}};
+        ++n_merges_;
+        break;
+      }
+    }
+
+    // Remember which characters a merge can glue to a following U+2581 (see glues_to_following_space).
+    if (right.substr(0, kSpaceMarker.size()) == kSpaceMarker && !left.ends_with(kSpaceMarker)) {
+      const std::string_view ch = last_char(left);
+      if (ch.size() == 1 && static_cast<uint8_t>(ch[0]) < 128) {
+        ascii_glue_[static_cast<uint8_t>(ch[0])] = true;
+      } else if (std::find(glue_chars_.begin(), glue_chars_.end(), ch) == glue_chars_.end()) {
+        glue_chars_.emplace_back(ch);
+      }
+    }
+  }
+}
+
+const std::string& Vocab::text(int32_t id) const {
+  if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
+  return tokens_[id];
+}
+
+const std::string& Vocab::piece(int32_t id) const {
+  if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
+  return pieces_[id];
+}
+
+TokenType Vocab::type(int32_t id) const {
+  if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
+  return types_[id];
+}
+
+uint32_t Vocab::attrs(int32_t id) const {
+  if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
+  return attrs_[id];
+}
+
+std::optional<int32_t> Vocab::find(std::string_view text) const {
+  auto it = token_ids_.find(text);
+  if (it == token_ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+int32_t Vocab::symbol(std::string_view s) const {
+  if (auto it = token_ids_.find(s); it != token_ids_.end()) return it->second;
+  if (extra_symbols_.empty()) return kNoToken;
+  auto it = extra_symbols_.find(std::string(s));
+  return it == extra_symbols_.end() ? kNoToken : it->second;
+}
+
+std::optional<Merge> Vocab::merge(int32_t left, int32_t right) const {
+  if (left < 0 || right < 0) return std::nullopt;
+  const uint64_t key = pair_key(left, right);
+  for (uint64_t i = mix64(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
+    const MergeSlot& slot = merge_slots_[i];
+    if (slot.key == key) return slot.value;
+    if (slot.key == kEmptyKey) return std::nullopt;
+  }
+}
+
+bool Vocab::glues_to_following_space(std::string_view ch) const {
+  if (ch.size() == 1 && static_cast<uint8_t>(ch[0]) < 128) return ascii_glue_[static_cast<uint8_t>(ch[0])];
+  return std::find(glue_chars_.begin(), glue_chars_.end(), ch) != glue_chars_.end();
+}
+
+}  // namespace gem4::text

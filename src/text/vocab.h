@@ -1,0 +1,177 @@
+// The Gemma 4 vocabulary as llama.cpp sees it after loading: token strings, types and attributes,
+// special ids, the end-of-generation set, and the BPE merge table.
+//
+// Nothing here knows a token id in advance. Special ids come from the file's keys, and the few
+// tokens that llama.cpp recognises by their text (the EOG tokens, EOT/FIM detection) are looked up
+// by text, exactly as llama.cpp's llama_vocab::impl::load does. For the real Gemma 4 vocabulary this
+// gives EOG = {1 <eos>, 50 <|tool_response>, 106 <turn|>} and makes <|tool_response> CONTROL.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gem4::gguf {
+class GgufFile;
+}
+
+namespace gem4::text {
+
+class TokenizerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Token types as stored in `tokenizer.ggml.token_type` (llama.cpp's llama_token_type).
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+// Token attributes: a bit set, derived from the type and then amended at load time (llama.cpp's
+// llama_token_attr). A token can be USER_DEFINED and CONTROL at once (<|tool_response>).
+namespace attr {
+constexpr uint32_t kUndefined = 0;
+constexpr uint32_t kUnknown = 1u << 0;
+constexpr uint32_t kUnused = 1u << 1;
+constexpr uint32_t kNormal = 1u << 2;
+constexpr uint32_t kControl = 1u << 3;
+constexpr uint32_t kUserDefined = 1u << 4;
+constexpr uint32_t kByte = 1u << 5;
+}  // namespace attr
+
+constexpr int32_t kNoToken = -1;
+
+// Special ids as given by the file's keys (kNoToken when absent or out of range). EOT, EOM and the
+// FIM ids may also be detected by token text at load time.
+struct SpecialIds {
+  int32_t bos = kNoToken, eos = kNoToken, unk = kNoToken, sep = kNoToken, pad = kNoToken,
+          mask = kNoToken, eot = kNoToken, eom = kNoToken;
+  int32_t fim_pre = kNoToken, fim_suf = kNoToken, fim_mid = kNoToken, fim_pad = kNoToken,
+          fim_rep = kNoToken, fim_sep = kNoToken;
+};
+
+// The vocabulary in file form: what `from_gguf` reads, or what a test builds by hand.
+struct VocabData {
+  std::string source = "<memory>";  // file path, for error messages
+  std::string model = "gemma4";     // tokenizer.ggml.model
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens, in id order
+  std::vector<int32_t> types;       // tokenizer.ggml.token_type (empty: all NORMAL)
+  std::vector<std::string> merges;  // tokenizer.ggml.merges, "left right", rank = index
+  SpecialIds special;
+  bool add_bos = true;  // llama.cpp forces it on for gemma4 whatever the file says
+  bool add_eos = false;
+  bool add_space_prefix = false;  // read but unused: llama.cpp's BPE path never adds a prefix
+
+  // Reads the tokenizer.ggml.* keys. Throws TokenizerError naming the file and key.
+  static VocabData from_gguf(const gguf::GgufFile& file);
+};
+
+// One BPE merge: `rank` orders merges (lower first), `result` is the symbol the pair becomes.
+struct Merge {
+  int32_t rank;
+  int32_t result;
+};
+
+class Vocab {
+ public:
+  // Applies llama.cpp's load-time rules (attributes, EOG set, special-token list) and builds the
+  // lookup tables. Throws TokenizerError on an unusable vocabulary (unknown model, duplicates...).
+  explicit Vocab(VocabData data);
+
+  int n_tokens() const { return n_tokens_; }
+  bool valid(int32_t id) const { return id >= 0 && id < n_tokens(); }
+  const std::string& source() const { return source_; }
+
+  // Raw token text as stored (spaces as U+2581, byte tokens as <0xXX>). Throws on a bad id.
+  std::string_view text(int32_t id) const;
+  // Decoded bytes of a token: U+2581 -> ' ', <0xXX> -> that byte, CONTROL / USER_DEFINED /
+  // UNKNOWN written out verbatim; UNUSED / UNDEFINED tokens give "". Throws on a bad id.
+  std::string_view piece(int32_t id) const;
+  TokenType type(int32_t id) const;
+  uint32_t attrs(int32_t id) const;
+  bool has_attr(int32_t id, uint32_t a) const { return (attrs(id) & a) != 0; }
+
+  std::optional<int32_t> find(std::string_view text) const;
+  // The <0xXX> token for a byte, or kNoToken.
+  int32_t byte_token(uint8_t byte) const { return byte_tokens_[byte]; }
+
+  const SpecialIds& special() const { return special_; }
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  bool add_space_prefix() const { return add_space_prefix_; }
+
+  bool is_eog(int32_t id) const { return valid(id) && eog_flags_[id] != 0; }
+  const std::vector<int32_t>& eog_ids() const { return eog_ids_; }  // ascending
+
+  // Tokens matched as whole pieces before BPE (CONTROL, USER_DEFINED or UNKNOWN attribute),
+  // longest text first, ties by id.
+  const std::vector<int32_t>& special_tokens() const { return special_tokens_; }
+
+  // BPE symbols: every token id is a symbol; strings that occur in merges but are not tokens get
+  // ids from n_tokens() up. kNoToken when `s` is neither.
+  int32_t symbol(std::string_view s) const;
+  int32_t ascii_symbol(uint8_t c) const { return ascii_symbols_[c & 0x7f]; }
+  std::optional<Merge> merge(int32_t left, int32_t right) const;
+  int n_merges() const { return n_merges_; }
+
+  // Characters after which a U+2581 can be merged onto (some merge joins a left part ending in
+  // that character to a right part starting with U+2581). The tokenizer never splits a line there.
+  bool glues_to_following_space(std::string_view ch) const;
+
+ private:
+  void derive_attributes();
+  void build_pieces();
+  void build_merges(const std::vector<std::string>& merges);
+  int32_t intern(std::string_view s);  // symbol id of `s`, adding it when new
+  std::string_view symbol_text(int32_t sym) const {
+    return std::string_view(pool_).substr(offsets_[sym], offsets_[sym + 1] - offsets_[sym]);
+  }
+  void index_insert(int32_t sym);
+  int32_t index_find(std::string_view s) const;
+  int32_t token_with_text(std::string_view s) const;  // kNoToken when none
+
+  // Open-addressing table keyed by (left symbol, right symbol).
+  struct MergeSlot {
+    uint64_t key;
+    Merge value;
+  };
+  static constexpr uint64_t kEmptyKey = ~uint64_t{0};
+
+  std::string source_;
+  int32_t n_tokens_ = 0;
+  // Symbol strings (the tokens, then merge parts that are not tokens) packed in one buffer:
+  // symbol i is pool_[offsets_[i], offsets_[i + 1]).
+  std::string pool_;
+  std::vector<uint32_t> offsets_;
+  // String -> symbol index: open addressing, a slot holds (hash high bits << 32 | symbol + 1).
+  std::vector<uint64_t> index_;
+  uint64_t index_mask_ = 0;
+  size_t index_used_ = 0;
+
+  std::vector<TokenType> types_;
+  std::vector<uint32_t> attrs_;
+  std::string piece_pool_;
+  std::vector<uint32_t> piece_offsets_;
+  int32_t ascii_symbols_[128];
+  int32_t byte_tokens_[256];
+  SpecialIds special_;
+  bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = false;
+  std::vector<uint8_t> eog_flags_;
+  std::vector<int32_t> eog_ids_;
+  std::vector<int32_t> special_tokens_;
+  std::vector<MergeSlot> merge_slots_;
+  uint64_t merge_mask_ = 0;
+  int n_merges_ = 0;
+  bool ascii_glue_[128] = {};
+  std::vector<std::string> glue_chars_;  // non-ASCII characters that glue to a following U+2581
+};
+
+}  // namespace gem4::text

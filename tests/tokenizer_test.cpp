@@ -1,0 +1,507 @@
+// Tokenizer tests: hand-built vocabularies for the rules one at a time, then the real Gemma 4
+// vocabulary against the llama.cpp / Hugging Face goldens, and the tiny-gemma4 vocabulary.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+#include "text/vocab.h"
+
+namespace gem4::text {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+const std::string kSpace = "\xE2\x96\x81";  // U+2581
+
+std::string testdata(const std::string& rel) { return std::string(GEM4_SOURCE_DIR) + "/../shared/testdata/" + rel; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Independent check: is `s` well-formed UTF-8 (no overlongs, surrogates or values past U+10FFFF)?
+bool well_formed_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char b = s[i];
+    uint32_t cpt;
+    size_t len;
+    if (b < 0x80) {
+      cpt = b, len = 1;
+    } else if ((b & 0xE0) == 0xC0) {
+      cpt = b & 0x1F, len = 2;
+    } else if ((b & 0xF0) == 0xE0) {
+      cpt = b & 0x0F, len = 3;
+    } else if ((b & 0xF8) == 0xF0) {
+      cpt = b & 0x07, len = 4;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char c = s[i + k];
+      if ((c & 0xC0) != 0x80) return false;
+      cpt = (cpt << 6) | (c & 0x3F);
+    }
+    const uint32_t min_for_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cpt < min_for_len[len] || cpt > 0x10FFFF || (cpt >= 0xD800 && cpt <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// ---- a hand-built vocabulary ------------------------------------------------------------------
+//
+//  0 <pad> C   1 <eos> C   2 <bos> C   3 <unk> U   4 <|turn> C   5 <turn|> C
+//  6 <|tool_response> UD   7 <|"|> UD   8 </s> N   9..264 <0x00>..<0xFF> B
+//  then normal tokens in the order given to make_vocab.
+struct SmallVocab {
+  VocabData data;
+  int32_t id(const std::string& text) const {
+    for (size_t i = 0; i < data.tokens.size(); ++i)
+      if (data.tokens[i] == text) return static_cast<int32_t>(i);
+    ADD_FAILURE() << "no token " << text;
+    return -1;
+  }
+  int32_t byte(int b) const { return 9 + b; }
+};
+
+SmallVocab make_vocab(const std::vector<std::string>& normal, const std::vector<std::string>& merges) {
+  SmallVocab v;
+  auto add = [&](const std::string& t, TokenType type) {
+    v.data.tokens.push_back(t);
+    v.data.types.push_back(static_cast<int32_t>(type));
+  };
+  add("<pad>", TokenType::Control);
+  add("<eos>", TokenType::Control);
+  add("<bos>", TokenType::Control);
+  add("<unk>", TokenType::Unknown);
+  add("<|turn>", TokenType::Control);
+  add("<turn|>", TokenType::Control);
+  add("<|tool_response>", TokenType::UserDefined);
+  add("<|\"|>", TokenType::UserDefined);
+  add("</s>", TokenType::Normal);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    add(name, TokenType::Byte);
+  }
+  for (const std::string& t : normal) add(t, TokenType::Normal);
+  v.data.merges = merges;
+  v.data.special.pad = 0;
+  v.data.special.eos = 1;
+  v.data.special.bos = 2;
+  v.data.special.unk = 3;
+  return v;
+}
+
+TEST(TokenizerSmall, LowestRankMergeWins) {
+  // "abc": with "b c" ranked first the result is [a, bc]; with "a b" first it is [ab, c].
+  SmallVocab v1 = make_vocab({"a", "b", "c", "ab", "bc"}, {"b c", "a b"});
+  Tokenizer t1(v1.data);
+  EXPECT_EQ(t1.encode("abc", false, false), (Ids{v1.id("a"), v1.id("bc")}));
+  SmallVocab v2 = make_vocab({"a", "b", "c", "ab", "bc"}, {"a b", "b c"});
+  Tokenizer t2(v2.data);
+  EXPECT_EQ(t2.encode("abc", false, false), (Ids{v2.id("ab"), v2.id("c")}));
+}
+
+TEST(TokenizerSmall, MergesChainAndTiesGoLeftmost) {
+  SmallVocab v = make_vocab({"a", "aa", "aaaa"}, {"a a", "aa aa"});
+  Tokenizer t(v.data);
+  EXPECT_EQ(t.encode("aaa", false, false), (Ids{v.id("aa"), v.id("a")}));
+  EXPECT_EQ(t.encode("aaaaa", false, false), (Ids{v.id("aaaa"), v.id("a")}));
+  EXPECT_EQ(t.encode("aaaaaaa", false, false), (Ids{v.id("aaaa"), v.id("aa"), v.id("a")}));
+}
+
+TEST(TokenizerSmall, SpacesBecomeMarkerWithoutPrefix) {
+  SmallVocab v = make_vocab({"a", "b", kSpace, kSpace + "b", kSpace + kSpace}, {kSpace + " b", kSpace + " " + kSpace});
+  Tokenizer t(v.data);
+  EXPECT_EQ(t.encode("a b", false, false), (Ids{v.id("a"), v.id(kSpace + "b")}));
+  EXPECT_EQ(t.encode(" a", false, false), (Ids{v.id(kSpace), v.id("a")}));
+  // Three spaces: "▁ b" outranks "▁ ▁", so the last space goes to the b.
+  EXPECT_EQ(t.encode("   b", false, false), (Ids{v.id(kSpace + kSpace), v.id(kSpace + "b")}));
+  EXPECT_EQ(t.decode(t.encode("a   b ", false, false)), "a   b ");
+  EXPECT_TRUE(t.encode("", false, false).empty());
+  EXPECT_EQ(t.encode("", true, false), (Ids{2}));
+  EXPECT_EQ(t.encode("a", true, false), (Ids{2, v.id("a")}));
+}
+
+TEST(TokenizerSmall, ByteFallback) {
+  SmallVocab v = make_vocab({"x", "y", "xy!"}, {"x y"});  // "xy" is a merge result but not a token
+  Tokenizer t(v.data);
+  // é is not in the vocabulary: its two bytes.
+  EXPECT_EQ(t.encode("\xC3\xA9", false, false), (Ids{v.byte(0xC3), v.byte(0xA9)}));
+  // The merged symbol "xy" is not a token, so it falls back to bytes, as in llama.cpp.
+  EXPECT_EQ(t.encode("xy", false, false), (Ids{v.byte('x'), v.byte('y')}));
+  EXPECT_EQ(t.decode(t.encode("x\xC3\xA9y", false, false)), "x\xC3\xA9y");
+}
+
+TEST(TokenizerSmall, MissingByteTokenIsDropped) {
+  SmallVocab v = make_vocab({"a"}, {});
+  v.data.tokens[9 + 0xA9] = "<0xA9-gone>";  // no token for byte 0xA9 any more
+  Tokenizer t(v.data);
+  EXPECT_EQ(t.encode("a\xC3\xA9", false, false), (Ids{v.id("a"), v.byte(0xC3)}));
+}
+
+TEST(TokenizerSmall, NewlineRuns) {
+  SmallVocab v = make_vocab({"a", "\n", "\n\n", "\n\n\n\n"}, {"\n \n", "\n\n \n\n", "a \n"});
+  Tokenizer t(v.data);
+  // A run that is a token is emitted whole even where BPE would not produce it.
+  EXPECT_EQ(t.encode("\n\n\n\n", false, false), (Ids{v.id("\n\n\n\n")}));
+  // A run that is not a token goes through BPE: [\n\n, \n].
+  EXPECT_EQ(t.encode("\n\n\n", false, false), (Ids{v.id("\n\n"), v.id("\n")}));
+  // Newlines are split from the text, so "a \n" can never apply.
+  EXPECT_EQ(t.encode("a\na", false, false), (Ids{v.id("a"), v.id("\n"), v.id("a")}));
+}
+
+TEST(TokenizerSmall, MergeAcrossSpaceBoundaryIsKept) {
+  // "> ▁" joins a character to the following space: the line must not be cut there.
+  SmallVocab v = make_vocab({">", "<", kSpace, ">" + kSpace, kSpace + "<", "a"}, {"> " + kSpace, kSpace + " <"});
+  Tokenizer t(v.data);
+  EXPECT_EQ(t.encode("> <", false, false), (Ids{v.id(">" + kSpace), v.id("<")}));
+  EXPECT_EQ(t.encode("a <", false, false), (Ids{v.id("a"), v.id(kSpace + "<")}));
+}
+
+TEST(TokenizerSmall, SpecialTokensByMode) {
+  SmallVocab v = make_vocab({"a"}, {});
+  Tokenizer t(v.data);
+  // parse_special: CONTROL and USER_DEFINED tokens match.
+  EXPECT_EQ(t.encode("<|turn>a<turn|>", false, true), (Ids{4, v.id("a"), 5}));
+  EXPECT_EQ(t.encode("<|tool_response>a", false, true), (Ids{6, v.id("a")}));
+  // Without it, USER_DEFINED still match, CONTROL ones are text, and <|tool_response> is CONTROL
+  // after the EOG promotion.
+  EXPECT_EQ(t.encode("<|\"|>a", false, false), (Ids{7, v.id("a")}));
+  const Ids as_text = t.encode("<turn|>", false, false);
+  EXPECT_EQ(as_text.size(), 7u);
+  EXPECT_EQ(t.decode(as_text), "<turn|>");
+  EXPECT_NE(t.encode("<|tool_response>", false, false), (Ids{6}));
+  // <unk> (UNKNOWN) is matched only with parse_special.
+  EXPECT_EQ(t.encode("<unk>", false, true), (Ids{3}));
+  EXPECT_EQ(t.encode("<unk>", false, false).size(), 5u);
+}
+
+TEST(TokenizerSmall, LongestSpecialFirst) {
+  SmallVocab v = make_vocab({"x"}, {});
+  v.data.tokens.push_back("<a>");
+  v.data.types.push_back(static_cast<int32_t>(TokenType::UserDefined));
+  v.data.tokens.push_back("<a><a>");
+  v.data.types.push_back(static_cast<int32_t>(TokenType::UserDefined));
+  Tokenizer t(v.data);
+  const int32_t one = v.id("x") + 1, two = v.id("x") + 2;
+  EXPECT_EQ(t.encode("<a><a><a>", false, false), (Ids{two, one}));
+}
+
+TEST(TokenizerSmall, EogSetAndAttributes) {
+  SmallVocab v = make_vocab({"a"}, {});
+  Tokenizer t(v.data);
+  EXPECT_EQ(t.eog_ids(), (Ids{1, 5, 6}));  // <eos>, <turn|>, <|tool_response>
+  EXPECT_TRUE(t.is_eog(5));
+  EXPECT_FALSE(t.is_eog(8));  // </s> is dropped from EOG when <|tool_response> exists
+  EXPECT_TRUE(t.is_normal(8));
+  EXPECT_TRUE(t.is_control(6));
+  EXPECT_TRUE(t.is_user_defined(6));
+  EXPECT_EQ(t.token_type(6), TokenType::UserDefined);  // the file's type is kept
+  EXPECT_FALSE(t.is_eog(-1));
+  EXPECT_FALSE(t.is_eog(1 << 20));
+  EXPECT_EQ(t.bos(), 2);
+  EXPECT_EQ(t.eos(), 1);
+  EXPECT_TRUE(t.add_bos_default());
+}
+
+TEST(TokenizerSmall, EogFromEosIdOnly) {
+  // No Gemma texts: the EOG set is just the eos id, wherever it is.
+  VocabData d;
+  d.tokens = {"q", "r", "s"};
+  d.special.eos = 2;
+  Tokenizer t(d);
+  EXPECT_EQ(t.eog_ids(), (Ids{2}));
+  EXPECT_EQ(t.bos(), kNoToken);
+  EXPECT_THROW(t.encode("q", true, false), TokenizerError);
+}
+
+TEST(TokenizerSmall, Pieces) {
+  SmallVocab v = make_vocab({"a" + kSpace + "b"}, {});
+  Tokenizer t(v.data);
+  EXPECT_EQ(t.token_piece(v.id("a" + kSpace + "b")), "a b");
+  EXPECT_EQ(t.token_piece(v.byte(0x41)), "A");
+  EXPECT_EQ(t.token_piece(5), "<turn|>");
+  EXPECT_EQ(t.token_piece(5, /*special=*/false), "");
+  EXPECT_EQ(t.token_piece(7, /*special=*/false), "<|\"|>");  // USER_DEFINED is always shown
+  EXPECT_EQ(t.decode({2, v.id("a" + kSpace + "b"), 5}), "<bos>a b<turn|>");
+  EXPECT_EQ(t.decode({2, v.id("a" + kSpace + "b"), 5}, false), "a b");
+  EXPECT_THROW(t.token_piece(-1), TokenizerError);
+  EXPECT_THROW(t.decode({1 << 20}), TokenizerError);
+}
+
+TEST(TokenizerSmall, LoadErrors) {
+  SmallVocab v = make_vocab({"a"}, {});
+  VocabData bad_model = v.data;
+  bad_model.model = "llama";
+  EXPECT_THROW(Tokenizer{bad_model}, TokenizerError);
+  VocabData dup = v.data;
+  dup.tokens.push_back("a");
+  dup.types.push_back(1);
+  EXPECT_THROW(Tokenizer{dup}, TokenizerError);
+  VocabData short_types = v.data;
+  short_types.types.resize(3);
+  EXPECT_THROW(Tokenizer{short_types}, TokenizerError);
+  VocabData empty;
+  EXPECT_THROW(Tokenizer{empty}, TokenizerError);
+}
+
+TEST(TokenizerSmall, LlamaNormalization) {
+  auto norm = [](std::string_view s) {
+    std::string out;
+    append_llama_normalized(out, s);
+    return out;
+  };
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(norm("a b"), "a" + kSpace + "b");
+  EXPECT_EQ(norm("\x80"), fffd);
+  EXPECT_EQ(norm("\xFF"), fffd);
+  EXPECT_EQ(norm("\xE4\xBD"), fffd + fffd);             // truncated: one U+FFFD per byte
+  EXPECT_EQ(norm("\xC0\xAF"), "/");                     // overlong form keeps its code point
+  EXPECT_EQ(norm("\xED\xA0\x80"), "\xED\xA0\x80");      // a surrogate passes through
+  EXPECT_EQ(norm("\xF7\xBF\xBF\xBF"), fffd);            // > U+10FFFF (llama.cpp throws here)
+  EXPECT_EQ(norm("\xF0\x9F\x98"), fffd + fffd + fffd);  // truncated emoji
+  EXPECT_EQ(norm(std::string("\0x", 2)), std::string("\0x", 2));
+  EXPECT_EQ(norm("\xE4\xBD\xA0"), "\xE4\xBD\xA0");
+}
+
+TEST(TokenizerSmall, RandomBytesDoNotCrash) {
+  SmallVocab v = make_vocab({"a", "b", "ab", kSpace, "\n"}, {"a b"});
+  Tokenizer t(v.data);
+  std::mt19937 rng(7);
+  const std::string alphabet = "ab <|>\n\x80\xC3\xE4\xF0\xFF\xBD\xA9";
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string s;
+    const int len = rng() % 24;
+    for (int i = 0; i < len; ++i) s += (rng() % 3 == 0) ? static_cast<char>(rng() & 0xFF) : alphabet[rng() % alphabet.size()];
+    for (bool special : {false, true}) {
+      const Ids ids = t.encode(s, false, special);
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t.n_vocab());
+      StreamingDetokenizer stream(t);
+      std::string text;
+      for (int32_t id : ids) text += stream.push(id);
+      text += stream.flush();
+      ASSERT_TRUE(well_formed_utf8(text));
+    }
+  }
+}
+
+// ---- streaming detokenizer ------------------------------------------------------------------
+
+TEST(StreamingDetokenizer, HoldsBackPartialCharacters) {
+  SmallVocab v = make_vocab({"a"}, {});
+  Tokenizer t(v.data);
+  StreamingDetokenizer s(t);
+  EXPECT_EQ(s.push(v.id("a")), "a");
+  EXPECT_EQ(s.push(v.byte(0xE4)), "");
+  EXPECT_EQ(s.push(v.byte(0xBD)), "");
+  EXPECT_EQ(s.pending_bytes(), 2u);
+  EXPECT_EQ(s.push(v.byte(0xA0)), "\xE4\xBD\xA0");
+  EXPECT_EQ(s.push(5), "<turn|>");
+  EXPECT_EQ(s.flush(), "");
+}
+
+TEST(StreamingDetokenizer, ReplacesInvalidBytes) {
+  SmallVocab v = make_vocab({"a"}, {});
+  Tokenizer t(v.data);
+  const std::string fffd = "\xEF\xBF\xBD";
+  StreamingDetokenizer s(t);
+  EXPECT_EQ(s.push(v.byte(0xFF)), fffd);
+  EXPECT_EQ(s.push(v.byte(0xE4)), "");
+  EXPECT_EQ(s.push(v.id("a")), fffd + "a");  // the broken sequence, then the letter
+  EXPECT_EQ(s.push(v.byte(0xF0)), "");
+  EXPECT_EQ(s.push(v.byte(0x9F)), "");
+  EXPECT_EQ(s.flush(), fffd);  // unfinished at the end
+  EXPECT_EQ(s.push(v.byte(0xC0)), fffd);  // can never start a character
+  EXPECT_EQ(s.push(v.byte(0xED)), "");
+  EXPECT_EQ(s.push(v.byte(0xA0)), fffd + fffd);  // surrogate: ED is invalid with A0, then A0 alone
+  StreamingDetokenizer quiet(t, /*special=*/false);
+  EXPECT_EQ(quiet.push(5), "");
+}
+
+TEST(StreamingDetokenizer, ValidPrefix) {
+  std::string out;
+  EXPECT_EQ(append_valid_utf8(out, "ab\xE4\xBD", false), 2u);
+  EXPECT_EQ(out, "ab");
+  out.clear();
+  EXPECT_EQ(append_valid_utf8(out, "ab\xE4\xBD", true), 4u);
+  EXPECT_EQ(out, "ab\xEF\xBF\xBD");
+  out.clear();
+  EXPECT_EQ(append_valid_utf8(out, "\xF0\x9F\x98\x80", false), 4u);
+  EXPECT_EQ(out, "\xF0\x9F\x98\x80");
+}
+
+// ---- the real Gemma 4 vocabulary --------------------------------------------------------------
+
+const Tokenizer& gemma4() {
+  static const Tokenizer t = [] {
+    auto file = gguf::GgufFile::open(testdata("tokenizer/gemma4-vocab.gguf"));
+    return Tokenizer::from_gguf(*file);
+  }();
+  return t;
+}
+
+const Tokenizer& tiny() {
+  static const Tokenizer t = [] {
+    auto file = gguf::GgufFile::open(testdata("tiny-gemma4/tiny-gemma4-f32.gguf"));
+    return Tokenizer::from_gguf(*file);
+  }();
+  return t;
+}
+
+struct GoldenCase {
+  std::string name, text, decoded;
+  bool parse_special = false;
+  Ids ids;
+};
+
+std::vector<GoldenCase> load_goldens() {
+  const std::string path = testdata("tokenizer/tokenize-public.jsonl");
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("missing golden file " + path);
+  std::vector<GoldenCase> cases;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    GoldenCase c;
+    c.name = j.at("name").get<std::string>();
+    c.text = j.at("text").get<std::string>();
+    c.decoded = j.at("decoded").get<std::string>();
+    c.parse_special = j.at("parse_special").get<bool>();
+    c.ids = j.at("ids").get<Ids>();
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+TEST(TokenizerGemma4, VocabularyFacts) {
+  const Tokenizer& t = gemma4();
+  EXPECT_EQ(t.n_vocab(), 262144);
+  EXPECT_EQ(t.eog_ids(), (Ids{1, 50, 106}));
+  EXPECT_EQ(t.bos(), 2);
+  EXPECT_EQ(t.eos(), 1);
+  EXPECT_EQ(t.unk(), 3);
+  EXPECT_EQ(t.pad(), 0);
+  EXPECT_EQ(t.mask(), 4);
+  EXPECT_TRUE(t.add_bos_default());
+  EXPECT_TRUE(t.is_control(50));
+  EXPECT_TRUE(t.is_user_defined(50));
+  EXPECT_FALSE(t.is_control(48));
+  EXPECT_FALSE(t.is_eog(212));  // </s>
+  EXPECT_EQ(t.find_token("<turn|>"), 106);
+  EXPECT_EQ(t.find_token("\n"), 107);
+  EXPECT_EQ(t.find_token(kSpace), 236743);
+  EXPECT_EQ(t.find_token("no such token"), std::nullopt);
+  EXPECT_EQ(t.token_type(238), TokenType::Byte);
+  EXPECT_EQ(t.token_piece(238 + 0x41), "A");
+}
+
+TEST(TokenizerGemma4, PublicGoldens) {
+  const Tokenizer& t = gemma4();
+  const std::vector<GoldenCase> cases = load_goldens();
+  ASSERT_EQ(cases.size(), 213u);
+  int passed = 0;
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Ids ids = t.encode(c.text, false, c.parse_special);
+    EXPECT_EQ(ids, c.ids);
+    Ids with_bos = {t.bos()};
+    with_bos.insert(with_bos.end(), c.ids.begin(), c.ids.end());
+    EXPECT_EQ(t.encode(c.text, true, c.parse_special), with_bos);
+    EXPECT_EQ(t.decode(c.ids), c.decoded);
+
+    StreamingDetokenizer stream(t);
+    std::string streamed;
+    for (int32_t id : c.ids) {
+      const std::string part = stream.push(id);
+      EXPECT_TRUE(well_formed_utf8(part)) << "after id " << id;
+      streamed += part;
+    }
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, c.decoded);
+    passed += ids == c.ids;
+  }
+  EXPECT_EQ(passed, 213);
+}
+
+std::string unhex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+TEST(TokenizerGemma4, InvalidUtf8LikeLlamaCpp) {
+  const Tokenizer& t = gemma4();
+  const std::string path = testdata("tokenizer/tokenize-public-invalid-utf8.jsonl");
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing " << path;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    SCOPED_TRACE(j.at("name").get<std::string>());
+    const std::string text = unhex(j.at("text_hex").get<std::string>());
+    const Ids ids = t.encode(text, false, j.at("parse_special").get<bool>());
+    // Informational in the README (llama.cpp only), but we reproduce it.
+    EXPECT_EQ(ids, j.at("ids").get<Ids>());
+    EXPECT_EQ(t.decode(ids), unhex(j.at("decoded_hex").get<std::string>()));
+    ++n;
+  }
+  EXPECT_EQ(n, 8);
+}
+
+TEST(TokenizerGemma4, RandomBytesDoNotCrash) {
+  const Tokenizer& t = gemma4();
+  std::mt19937 rng(1234);
+  const std::vector<std::string> parts = {"<|turn>", "<turn|>", "<|tool_response>", "<|\"|>", "\n", "  ", "\t",
+                                          "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "a", "Hello", "<", "|>"};
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string s;
+    const int len = rng() % 16;
+    for (int i = 0; i < len; ++i) s += (rng() % 3 == 0) ? std::string(1, static_cast<char>(rng() & 0xFF)) : parts[rng() % parts.size()];
+    for (bool special : {false, true}) {
+      const Ids ids = t.encode(s, false, special);
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t.n_vocab());
+      (void)t.decode(ids);
+    }
+  }
+}
+
+// ---- tiny-gemma4 --------------------------------------------------------------------------------
+
+TEST(TokenizerTiny, ReadmeExample) {
+  const Tokenizer& t = tiny();
+  EXPECT_EQ(t.n_vocab(), 4096);
+  EXPECT_EQ(t.encode("In the beginning God created", true, false), (Ids{2, 1294, 349, 2793, 478, 2447, 373}));
+  EXPECT_EQ(t.eog_ids(), (Ids{1, 6, 14}));
+  EXPECT_EQ(t.decode({2, 1294, 349, 2793, 478, 2447, 373}), "<bos>In the beginning God created");
+}
+
+TEST(TokenizerTiny, ValidTxtTokenCount) {
+  // README: llama-tokenize gives 46,465 tokens (with BOS) for the whole of valid.txt.
+  const Tokenizer& t = tiny();
+  const std::string text = read_file(testdata("tiny-gemma4/valid.txt"));
+  const Ids ids = t.encode(text, true, false);
+  EXPECT_EQ(ids.size(), 46465u);
+  EXPECT_EQ(t.decode(ids), "<bos>" + text);
+}
+
+}  // namespace
+}  // namespace gem4::text
