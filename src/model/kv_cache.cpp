@@ -51,6 +51,19 @@ void KvCache::truncate(int seq, int len) {
   seq_len_[seq] = std::min(seq_len_[seq], std::max(0, len));
 }
 
+bool KvCache::can_truncate(int seq, int len) const {
+  const int cur = seq_len_.at(seq);
+  if (len >= cur || len <= 0) return true;
+  for (const auto& s : slots_) {
+    if (!s.sliding || s.capacity >= n_ctx_) continue;
+    // Positions [len, cur) overwrote the cells of positions [len - cap, cur - cap); the next position
+    // (len) needs keys from len - window + 1, where window = capacity - max_ubatch.
+    const int window = s.capacity - max_ubatch_;
+    if (cur - 1 - s.capacity >= len - window + 1) return false;
+  }
+  return true;
+}
+
 void KvCache::clear_all() { std::fill(seq_len_.begin(), seq_len_.end(), 0); }
 
 void KvCache::set_seq_len(int seq, int len) { seq_len_.at(seq) = len; }

@@ -28,6 +28,9 @@ class KvCache {
   int seq_len(int seq) const { return seq_len_.at(seq); }
   // Forget positions >= len (rollback of rejected drafts, or a new prompt).
   void truncate(int seq, int len);
+  // Whether truncate(seq, len) keeps every key the next position needs: sliding rings only hold the
+  // last (window + max_ubatch) positions, so a rollback further than that must recompute.
+  bool can_truncate(int seq, int len) const;
   void clear(int seq) { truncate(seq, 0); }
   void clear_all();
   // Copy the first len positions of src into dst (prefix reuse); sliding rings keep what is live.
