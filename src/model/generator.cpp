@@ -218,6 +218,25 @@ void fill_planned(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPoo
 
 }  // namespace
 
+int64_t GeneratedLayout::n_params() const {
+  int64_t n = 0;
+  for (const auto& t : tensors) {
+    int64_t e = 1;
+    for (auto x : t.ne) e *= x;
+    n += e;
+  }
+  return n;
+}
+
+GeneratedLayout describe_generated_model(const GeneratorSpec& spec) {
+  GeneratedPlan g = plan_model(spec);
+  GeneratedLayout out;
+  const std::vector<uint8_t> bytes = g.meta.to_bytes();
+  out.metadata = gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "<generated " + spec.preset + ">");
+  for (const auto& t : g.tensors) out.tensors.push_back({t.name, t.ne, t.type});
+  return out;
+}
+
 void write_generated_model(const GeneratorSpec& spec, const std::string& path, ThreadPool* pool) {
   GeneratedPlan g = plan_model(spec);
   for (const auto& t : g.tensors) {

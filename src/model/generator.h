@@ -26,6 +26,20 @@ struct GeneratorSpec {
   bool include_shared_kv = true;    // write the unused K/V tensors of KV-shared layers
 };
 
+// The metadata (as a parsed GGUF without tensor data) and tensor list of a generated model, without
+// generating any weights: for tests of shapes, parameter counts and the layer plan.
+struct GeneratedLayout {
+  std::unique_ptr<gguf::GgufFile> metadata;
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> ne;
+    GgmlType type;
+  };
+  std::vector<Tensor> tensors;
+  int64_t n_params() const;
+};
+GeneratedLayout describe_generated_model(const GeneratorSpec& spec);
+
 // Writes a GGUF file (streaming; multi-GB files never sit in memory). Throws with the path on failure.
 void write_generated_model(const GeneratorSpec& spec, const std::string& path, ThreadPool* pool);
 // Builds the model directly in memory (what `gem4 bench` does without -m).

@@ -1,0 +1,88 @@
+// Hyper-parameters and the layer plan: the real E2B/E4B dimensions (spec 1.1, 1.2, 4.4), read back
+// from the generator's metadata, and the trained tiny model's plan from its README.
+#include <gtest/gtest.h>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "model/config.h"
+#include "model/generator.h"
+#include "model/kv_cache.h"
+#include "test_util.h"
+
+namespace gem4 {
+namespace {
+
+TEST(ModelConfig, E2BLayerPlanAndParameterCount) {
+  GeneratorSpec spec;
+  spec.preset = "e2b";
+  spec.type = GgmlType::Q8_0;
+  const auto layout = describe_generated_model(spec);
+  const ModelConfig c = ModelConfig::from_gguf(*layout.metadata);
+  EXPECT_EQ(c.n_layer, 35);
+  EXPECT_EQ(c.d_model, 1536);
+  EXPECT_EQ(c.first_shared, 15);
+  EXPECT_EQ(c.prune_layer(), 14);
+  for (int l = 0; l < 35; ++l) {
+    const bool full = l % 5 == 4;
+    EXPECT_EQ(c.layers[l].sliding, !full) << l;
+    EXPECT_EQ(c.layers[l].head_dim, full ? 512 : 256) << l;
+    EXPECT_EQ(c.layers[l].n_ff, l < 15 ? 6144 : 12288) << l;
+    EXPECT_EQ(c.layers[l].owns_kv, l < 15) << l;
+    if (l >= 15) EXPECT_EQ(c.layers[l].kv_source, full ? 14 : 13) << l;
+  }
+  // llama.cpp counts 4.65 B for E2B, including the unused K/V tensors of shared layers (spec 1.1).
+  EXPECT_NEAR(double(layout.n_params()) / 1e9, 4.647, 0.005);
+  EXPECT_EQ(layout.tensors.size(), 601u);  // 6 global + 35 x 17 (spec 4.4)
+
+  // KV cache at 131,072 tokens in f16: only the 3 full KV-owning layers grow (spec 1.2).
+  KvCache kv(c, 131072, 1, 512, KvType::F16);
+  EXPECT_LE(double(kv.bytes()), 800.0 * 1024 * 1024);
+  EXPECT_GE(double(kv.bytes()), 768.0 * 1024 * 1024);
+}
+
+TEST(ModelConfig, E4BLayerPlanAndParameterCount) {
+  GeneratorSpec spec;
+  spec.preset = "e4b";
+  const auto layout = describe_generated_model(spec);
+  const ModelConfig c = ModelConfig::from_gguf(*layout.metadata);
+  EXPECT_EQ(c.n_layer, 42);
+  EXPECT_EQ(c.first_shared, 24);
+  for (int l = 24; l < 42; ++l) EXPECT_EQ(c.layers[l].kv_source, c.layers[l].sliding ? 22 : 23) << l;
+  EXPECT_NEAR(double(layout.n_params()) / 1e9, 7.518, 0.005);
+  EXPECT_EQ(layout.tensors.size(), 720u);
+}
+
+TEST(ModelConfig, TrainedTinyModelPlan) {
+  auto f = gguf::GgufFile::open(test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf"));
+  const ModelConfig c = ModelConfig::from_gguf(*f);
+  EXPECT_EQ(c.n_layer, 8);
+  EXPECT_EQ(c.first_shared, 5);
+  EXPECT_EQ(c.layers[5].kv_source, 3);
+  EXPECT_EQ(c.layers[6].kv_source, 3);
+  EXPECT_EQ(c.layers[7].kv_source, 4);
+  EXPECT_EQ(c.sliding_window, 64);
+  EXPECT_EQ(c.layers[4].n_ff, 320);
+  EXPECT_EQ(c.layers[5].n_ff, 640);
+}
+
+TEST(ModelConfig, MissingKeyNamesFileAndKey) {
+  GeneratorSpec spec;
+  const auto layout = describe_generated_model(spec);
+  // Rebuild the metadata without block_count.
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : layout.metadata->metadata())
+    if (k != "gemma4.block_count") w.set_value(k, v);
+  const auto bytes = w.to_bytes();
+  auto f = gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "broken.gguf");
+  try {
+    ModelConfig::from_gguf(*f);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("broken.gguf"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gemma4.block_count"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace gem4
