@@ -2,7 +2,7 @@
 # Installs gem4's build and test dependencies from Debian packages.
 # A no-op when everything is already present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
-packages=(build-essential cmake ninja-build clang libclang-rt-14-dev googletest libgtest-dev libgmock-dev
+packages=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev googletest libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev tmux nodejs)
 missing=()
 for p in "${packages[@]}"; do

@@ -7,18 +7,18 @@
 //    Their `rendered` strings were produced by Python Jinja2 3.1.6 from the .jinja file, set up as
 //    transformers' apply_chat_template does (ImmutableSandboxedEnvironment, trim_blocks,
 //    lstrip_blocks), not by this renderer.
+#include "text/chat_format.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "gguf/gguf.h"
 #include "test_util.h"
-#include "text/chat_format.h"
 #include "text/tokenizer.h"
 
 namespace gem4::text {
@@ -36,8 +36,7 @@ std::string first_difference(const std::string& got, const std::string& want) {
   size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
   auto window = [&](const std::string& s) { return json(s.substr(i, 60)).dump(); };
-  return "first difference at byte " + std::to_string(i) + ": got " + window(got) + ", want " +
-         window(want);
+  return "first difference at byte " + std::to_string(i) + ": got " + window(got) + ", want " + window(want);
 }
 
 std::vector<json> read_jsonl(const std::string& path) {
@@ -302,7 +301,8 @@ TEST(ChatFormat, MalformedMessagesNameIndexAndField) {
 
 // Unknown content part types are dropped (as the template does), and null content renders nothing.
 TEST(ChatFormat, TolerantWhereTheTemplateIs) {
-  const json msgs = json::parse(R"([{"role":"user","content":[{"type":"input_audio"},{"type":"text","text":"hi"}]},
+  const json msgs =
+      json::parse(R"([{"role":"user","content":[{"type":"input_audio"},{"type":"text","text":"hi"}]},
       {"role":"assistant","content":null,"tool_calls":[]},{"role":"tool","content":{"x":1}}])");
   EXPECT_EQ(render_chat(msgs, json::array(), false, false),
             "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<turn|>\n");

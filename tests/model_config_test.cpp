@@ -28,7 +28,9 @@ TEST(ModelConfig, E2BLayerPlanAndParameterCount) {
     EXPECT_EQ(c.layers[l].head_dim, full ? 512 : 256) << l;
     EXPECT_EQ(c.layers[l].n_ff, l < 15 ? 6144 : 12288) << l;
     EXPECT_EQ(c.layers[l].owns_kv, l < 15) << l;
-    if (l >= 15) EXPECT_EQ(c.layers[l].kv_source, full ? 14 : 13) << l;
+    if (l >= 15) {
+      EXPECT_EQ(c.layers[l].kv_source, full ? 14 : 13) << l;
+    }
   }
   // llama.cpp counts 4.65 B for E2B, including the unused K/V tensors of shared layers (spec 1.1).
   EXPECT_NEAR(double(layout.n_params()) / 1e9, 4.647, 0.005);

@@ -96,7 +96,9 @@ TEST_P(LlamaCppReference, AllPositionsLastPositionAndGreedySteps) {
       }
       EXPECT_LE(test::nmse(lg, greedy_ref.data() + k * V, V), rc.nmse_limit) << "greedy step " << k;
       const int argmax = int(std::max_element(lg, lg + V) - lg);
-      if (margins[k] > 0.05) EXPECT_EQ(argmax, greedy_ids[k]) << "greedy step " << k << " margin " << margins[k];
+      if (margins[k] > 0.05) {
+        EXPECT_EQ(argmax, greedy_ids[k]) << "greedy step " << k << " margin " << margins[k];
+      }
     }
   }
 }

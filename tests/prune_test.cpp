@@ -86,9 +86,11 @@ void check_model(const Model& m, int window, int K) {
           EXPECT_LE(test::max_rel_diff(pruned.data() + r * V, full.data() + r * V, V), 1e-6) << "row " << r;
         if (o == Outputs::End) {
           // Any chunking equals one shot, up to the rounding of a different summation order.
-          if (ub == 0) one_shot = full;
-          else if (!one_shot.empty())
+          if (ub == 0) {
+            one_shot = full;
+          } else if (!one_shot.empty()) {
             EXPECT_LE(test::max_rel_diff(pruned.data(), one_shot.data(), one_shot.size()), 1e-4);
+          }
         }
       }
     }

@@ -1,7 +1,10 @@
 // Tokenizer tests: hand-built vocabularies for the rules one at a time, then the real Gemma 4
 // vocabulary against the llama.cpp / Hugging Face goldens, and the tiny-gemma4 vocabulary.
+#include "text/tokenizer.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -12,8 +15,8 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "test_util.h"
 #include "text/detokenizer.h"
-#include "text/tokenizer.h"
 #include "text/vocab.h"
 
 namespace gem4::text {
@@ -23,7 +26,7 @@ using Ids = std::vector<int32_t>;
 
 const std::string kSpace = "\xE2\x96\x81";  // U+2581
 
-std::string testdata(const std::string& rel) { return std::string(GEM4_SOURCE_DIR) + "/../shared/testdata/" + rel; }
+using test::testdata;  // fails the test (never skips) when the data is missing
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -128,7 +131,8 @@ TEST(TokenizerSmall, MergesChainAndTiesGoLeftmost) {
 }
 
 TEST(TokenizerSmall, SpacesBecomeMarkerWithoutPrefix) {
-  SmallVocab v = make_vocab({"a", "b", kSpace, kSpace + "b", kSpace + kSpace}, {kSpace + " b", kSpace + " " + kSpace});
+  SmallVocab v =
+      make_vocab({"a", "b", kSpace, kSpace + "b", kSpace + kSpace}, {kSpace + " b", kSpace + " " + kSpace});
   Tokenizer t(v.data);
   EXPECT_EQ(t.encode("a b", false, false), (Ids{v.id("a"), v.id(kSpace + "b")}));
   EXPECT_EQ(t.encode(" a", false, false), (Ids{v.id(kSpace), v.id("a")}));
@@ -170,7 +174,8 @@ TEST(TokenizerSmall, NewlineRuns) {
 
 TEST(TokenizerSmall, MergeAcrossSpaceBoundaryIsKept) {
   // "> ▁" joins a character to the following space: the line must not be cut there.
-  SmallVocab v = make_vocab({">", "<", kSpace, ">" + kSpace, kSpace + "<", "a"}, {"> " + kSpace, kSpace + " <"});
+  SmallVocab v =
+      make_vocab({">", "<", kSpace, ">" + kSpace, kSpace + "<", "a"}, {"> " + kSpace, kSpace + " <"});
   Tokenizer t(v.data);
   EXPECT_EQ(t.encode("> <", false, false), (Ids{v.id(">" + kSpace), v.id("<")}));
   EXPECT_EQ(t.encode("a <", false, false), (Ids{v.id("a"), v.id(kSpace + "<")}));
@@ -290,7 +295,8 @@ TEST(TokenizerSmall, RandomBytesDoNotCrash) {
   for (int iter = 0; iter < 2000; ++iter) {
     std::string s;
     const int len = rng() % 24;
-    for (int i = 0; i < len; ++i) s += (rng() % 3 == 0) ? static_cast<char>(rng() & 0xFF) : alphabet[rng() % alphabet.size()];
+    for (int i = 0; i < len; ++i)
+      s += (rng() % 3 == 0) ? static_cast<char>(rng() & 0xFF) : alphabet[rng() % alphabet.size()];
     for (bool special : {false, true}) {
       const Ids ids = t.encode(s, false, special);
       for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t.n_vocab());
@@ -328,7 +334,7 @@ TEST(StreamingDetokenizer, ReplacesInvalidBytes) {
   EXPECT_EQ(s.push(v.id("a")), fffd + "a");  // the broken sequence, then the letter
   EXPECT_EQ(s.push(v.byte(0xF0)), "");
   EXPECT_EQ(s.push(v.byte(0x9F)), "");
-  EXPECT_EQ(s.flush(), fffd);  // unfinished at the end
+  EXPECT_EQ(s.flush(), fffd);             // unfinished at the end
   EXPECT_EQ(s.push(v.byte(0xC0)), fffd);  // can never start a character
   EXPECT_EQ(s.push(v.byte(0xED)), "");
   EXPECT_EQ(s.push(v.byte(0xA0)), fffd + fffd);  // surrogate: ED is invalid with A0, then A0 alone
@@ -443,7 +449,8 @@ TEST(TokenizerGemma4, PublicGoldens) {
 
 std::string unhex(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -467,15 +474,107 @@ TEST(TokenizerGemma4, InvalidUtf8LikeLlamaCpp) {
   EXPECT_EQ(n, 8);
 }
 
+// A plain, slow transcription of llama.cpp's BPE session: the whole line at once, the lowest
+// (rank, position) pair merged each step, no piece splitting and no cache.
+Ids reference_bpe(const Vocab& v, std::string_view word) {
+  std::vector<std::string> syms;
+  for (size_t i = 0; i < word.size();) {
+    const unsigned char b = word[i];
+    const size_t len = std::min<size_t>(b < 0xC0 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4, word.size() - i);
+    syms.emplace_back(word.substr(i, len));
+    i += len;
+  }
+  for (;;) {
+    int best = -1, best_rank = 0;
+    for (size_t i = 0; i + 1 < syms.size(); ++i) {
+      const auto m = v.merge(v.symbol(syms[i]), v.symbol(syms[i + 1]));
+      if (m && (best < 0 || m->rank < best_rank)) best = static_cast<int>(i), best_rank = m->rank;
+    }
+    if (best < 0) break;
+    syms[best] += syms[best + 1];
+    syms.erase(syms.begin() + best + 1);
+  }
+  Ids out;
+  for (const std::string& s : syms) {
+    if (auto id = v.find(s)) {
+      out.push_back(*id);
+    } else {
+      for (unsigned char c : s)
+        if (v.byte_token(c) != kNoToken) out.push_back(v.byte_token(c));
+    }
+  }
+  return out;
+}
+
+Ids reference_encode(const Vocab& v, std::string_view text) {  // no special tokens in `text`
+  std::string s;
+  append_llama_normalized(s, text);
+  Ids out;
+  for (size_t i = 0; i < s.size();) {
+    const bool newline = s[i] == '\n';
+    size_t j = i;
+    while (j < s.size() && (s[j] == '\n') == newline) ++j;
+    const std::string_view word = std::string_view(s).substr(i, j - i);
+    const auto whole = newline ? v.find(word) : std::nullopt;
+    const Ids part = whole ? Ids{*whole} : reference_bpe(v, word);
+    out.insert(out.end(), part.begin(), part.end());
+    i = j;
+  }
+  return out;
+}
+
+TEST(TokenizerGemma4, SameAsWholeLineBpe) {
+  // The real vocabulary has one merge that joins a character to a following space (">▁</"), so the
+  // piece splitting must keep "> " together.
+  const Tokenizer& t = gemma4();
+  const std::optional<int32_t> glued = t.find_token(">" + kSpace + "</");
+  ASSERT_TRUE(glued.has_value());
+  const Ids html = t.encode("<b> </b>", false, false);
+  EXPECT_NE(std::find(html.begin(), html.end(), *glued), html.end());
+  EXPECT_EQ(html, reference_encode(t.vocab(), "<b> </b>"));
+
+  std::mt19937 rng(99);
+  const std::vector<std::string> parts = {"> ",
+                                          "</",
+                                          "<b>",
+                                          " ",
+                                          "  ",
+                                          "a",
+                                          "Hello",
+                                          "\n",
+                                          "\n\n",
+                                          "\xC3\xA9",
+                                          "\xE4\xBD\xA0\xE5\xA5\xBD",
+                                          "\t",
+                                          "x>",
+                                          ">>",
+                                          "the",
+                                          " world",
+                                          "123",
+                                          "\xF0\x9F\x98\x80",
+                                          "\xE2\x96\x81",
+                                          "-",
+                                          "=="};
+  for (int iter = 0; iter < 400; ++iter) {
+    std::string s;
+    const int len = 1 + rng() % 12;
+    for (int i = 0; i < len; ++i) s += parts[rng() % parts.size()];
+    ASSERT_EQ(t.encode(s, false, false), reference_encode(t.vocab(), s)) << s;
+  }
+}
+
 TEST(TokenizerGemma4, RandomBytesDoNotCrash) {
   const Tokenizer& t = gemma4();
   std::mt19937 rng(1234);
-  const std::vector<std::string> parts = {"<|turn>", "<turn|>", "<|tool_response>", "<|\"|>", "\n", "  ", "\t",
-                                          "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "a", "Hello", "<", "|>"};
+  const std::vector<std::string> parts = {
+      "<|turn>", "<turn|>",      "<|tool_response>", "<|\"|>", "\n",    "  ",
+      "\t",      "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "a",      "Hello", "<",
+      "|>"};
   for (int iter = 0; iter < 300; ++iter) {
     std::string s;
     const int len = rng() % 16;
-    for (int i = 0; i < len; ++i) s += (rng() % 3 == 0) ? std::string(1, static_cast<char>(rng() & 0xFF)) : parts[rng() % parts.size()];
+    for (int i = 0; i < len; ++i)
+      s += (rng() % 3 == 0) ? std::string(1, static_cast<char>(rng() & 0xFF)) : parts[rng() % parts.size()];
     for (bool special : {false, true}) {
       const Ids ids = t.encode(s, false, special);
       for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t.n_vocab());

@@ -1,0 +1,467 @@
+// Tests of the matrix products (kernels/matmul.h) on every ISA this CPU has: the fast paths against
+// references computed here in double precision.
+//  * For the 8-bit-activation types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against a reference that quantizes
+//    the activations the way llama.cpp does on x86 (q8_0 / q8_1) and multiplies integers: agreement to
+//    float rounding (~1e-5 relative). Also against the exact product, within the bound that activation
+//    quantization implies.
+//  * For F32, F16, BF16 and the K-quants against the exact product of the dequantized weights.
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/thread_pool.h"
+#include "tensor/blocks.h"
+#include "tensor/quant.h"
+
+namespace gem4 {
+namespace {
+
+const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                              GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+bool is_int8_activation_type(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 ||
+         t == GgmlType::Q5_1;
+}
+
+// Restores automatic ISA selection when a test ends.
+struct IsaOverride {
+  explicit IsaOverride(Isa isa) { set_isa_override(isa); }
+  ~IsaOverride() { clear_isa_override(); }
+};
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    IsaOverride o(isa);
+    if (active_isa() == isa) isas.push_back(isa);
+  }
+  return isas;
+}
+
+struct Weights {
+  GgmlType type;
+  int64_t out, in;
+  size_t row_bytes;
+  std::vector<uint8_t> data;
+  std::vector<float> deq;  // dequantized, out x in
+  MatrixView view() const { return {type, data.data(), in, out, row_bytes}; }
+};
+
+// Random weights with row-dependent scale and offset; rows padded by `pad` bytes (row_bytes > a row).
+Weights make_weights(GgmlType t, int64_t out, int64_t in, uint32_t seed, size_t pad = 0) {
+  Weights w{t, out, in, ggml_row_bytes(t, in) + pad, {}, {}};
+  w.data.assign(w.row_bytes * out + 64, 0xCD);
+  w.deq.resize(out * in);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(in);
+  for (int64_t o = 0; o < out; ++o) {
+    const float scale = 0.25f + 0.1f * static_cast<float>(o % 17), shift = 0.05f * static_cast<float>(o % 5);
+    for (auto& v : row) v = scale * normal(rng) + shift;
+    quantize_row(t, row.data(), w.data.data() + o * w.row_bytes, in);
+    dequantize_row(t, w.data.data() + o * w.row_bytes, w.deq.data() + o * in, in);
+  }
+  return w;
+}
+
+// Activations rows x in with leading dimension ldx; the gaps are NaN so that a read past `in` shows.
+std::vector<float> make_activations(int64_t rows, int64_t in, int64_t ldx, uint32_t seed) {
+  std::vector<float> x(rows * ldx, std::nanf(""));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < in; ++i) x[r * ldx + i] = normal(rng) * (1.0f + 0.3f * static_cast<float>(r % 4));
+  return x;
+}
+
+// ---------------------------------------------------------------- references computed here
+
+struct Reference {
+  std::vector<double> value;  // rows x out
+  std::vector<double> scale;  // sum of |terms|: the size rounding errors are measured against
+  std::vector<double> quant_bound;  // for int8 types vs the exact product: what activation quantization allows
+};
+
+void decode_int_block(const Weights& w, int64_t o, int64_t b, int* q, double* d, double* m);
+bool is_int8_activation_type(GgmlType t);
+
+// Exact product of the dequantized weights, in double.
+Reference exact_reference(const Weights& w, const std::vector<float>& x, int64_t rows, int64_t ldx) {
+  Reference ref;
+  ref.value.resize(rows * w.out);
+  ref.scale.resize(rows * w.out);
+  ref.quant_bound.resize(rows * w.out);
+  const bool int8 = is_int8_activation_type(w.type);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < w.out; ++o) {
+      double v = 0, s = 0, qb = 0;
+      for (int64_t b = 0; b < w.in; b += kQK) {
+        const int64_t end = std::min(w.in, b + kQK);
+        double m = 0;
+        if (int8) {
+          int q[32];
+          double d;
+          decode_int_block(w, o, b / kQK, q, &d, &m);
+        }
+        double amax = 0, wabs = 0;
+        for (int64_t i = b; i < end; ++i) {
+          const double wi = w.deq[o * w.in + i], xi = x[r * ldx + i];
+          v += wi * xi;
+          s += std::fabs(wi * xi);
+          amax = std::max(amax, std::fabs(xi));
+          wabs += std::fabs(wi - m) + std::fabs(m);
+        }
+        // Activation quantization moves each x by at most amax/254, plus |q| * d * 2^-11 <= amax * 2^-11
+        // from the fp16 scale; a min also meets s = fp16(d * sum q), off by <= 2^-11 * 32 * amax.
+        qb += wabs * amax * (0.5 / 127 + std::ldexp(1.0, -11)) + std::fabs(m) * 32 * amax * std::ldexp(1.01, -11);
+      }
+      ref.value[r * w.out + o] = v;
+      ref.scale[r * w.out + o] = s;
+      ref.quant_bound[r * w.out + o] = qb;
+    }
+  }
+  return ref;
+}
+
+// Signed integer weights, scale and min of block b of row o, decoded from the format definitions.
+void decode_int_block(const Weights& w, int64_t o, int64_t b, int* q, double* d, double* m) {
+  const uint8_t* blk = w.data.data() + o * w.row_bytes + b * ggml_row_bytes(w.type, kQK);
+  *m = 0;
+  auto nibble = [](const uint8_t* qs, int i) { return i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4); };
+  auto bit4 = [](const uint8_t* qh, int i) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+    return static_cast<int>((h >> i) & 1) << 4;
+  };
+  switch (w.type) {
+    case GgmlType::Q8_0: {
+      const auto* p = reinterpret_cast<const BlockQ8_0*>(blk);
+      *d = fp16_to_fp32(p->d);
+      for (int i = 0; i < 32; ++i) q[i] = p->qs[i];
+      break;
+    }
+    case GgmlType::Q4_0: {
+      const auto* p = reinterpret_cast<const BlockQ4_0*>(blk);
+      *d = fp16_to_fp32(p->d);
+      for (int i = 0; i < 32; ++i) q[i] = nibble(p->qs, i) - 8;
+      break;
+    }
+    case GgmlType::Q4_1: {
+      const auto* p = reinterpret_cast<const BlockQ4_1*>(blk);
+      *d = fp16_to_fp32(p->d);
+      *m = fp16_to_fp32(p->m);
+      for (int i = 0; i < 32; ++i) q[i] = nibble(p->qs, i);
+      break;
+    }
+    case GgmlType::Q5_0: {
+      const auto* p = reinterpret_cast<const BlockQ5_0*>(blk);
+      *d = fp16_to_fp32(p->d);
+      for (int i = 0; i < 32; ++i) q[i] = (nibble(p->qs, i) | bit4(p->qh, i)) - 16;
+      break;
+    }
+    case GgmlType::Q5_1: {
+      const auto* p = reinterpret_cast<const BlockQ5_1*>(blk);
+      *d = fp16_to_fp32(p->d);
+      *m = fp16_to_fp32(p->m);
+      for (int i = 0; i < 32; ++i) q[i] = nibble(p->qs, i) | bit4(p->qh, i);
+      break;
+    }
+    default: FAIL() << "not an int8 type";
+  }
+}
+
+// llama.cpp's x86 activation quantization (quantize_row_q8_0 / q8_1): d = amax / 127 rounded to fp16,
+// q = round-half-even(x * (127 / amax)), s = fp16(d * sum q) with the unrounded d.
+void quantize_activation_block(const float* x, int* q, double* d, double* s) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float dd = amax / 127.f;
+  const float id = amax != 0 ? 127.f / amax : 0.f;
+  int sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    q[i] = static_cast<int>(std::nearbyint(x[i] * id));
+    sum += q[i];
+  }
+  *d = fp16_to_fp32(fp32_to_fp16(dd));
+  *s = fp16_to_fp32(fp32_to_fp16(dd * static_cast<float>(sum)));
+}
+
+// The integer-arithmetic product the 8-bit path computes, in double: sum_b d_w d_x sum_i w_i q_i + m_w s_x.
+Reference q8_reference(const Weights& w, const std::vector<float>& x, int64_t rows, int64_t ldx) {
+  Reference ref;
+  ref.value.resize(rows * w.out);
+  ref.scale.resize(rows * w.out);
+  const int64_t nb = w.in / kQK;
+  std::vector<int> xq(rows * w.in);
+  std::vector<double> xd(rows * nb), xs(rows * nb);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      quantize_activation_block(&x[r * ldx + b * kQK], &xq[r * w.in + b * kQK], &xd[r * nb + b], &xs[r * nb + b]);
+  for (int64_t o = 0; o < w.out; ++o) {
+    for (int64_t b = 0; b < nb; ++b) {
+      int wq[32];
+      double dw, mw;
+      decode_int_block(w, o, b, wq, &dw, &mw);
+      for (int64_t r = 0; r < rows; ++r) {
+        long isum = 0, iabs = 0;
+        for (int i = 0; i < 32; ++i) {
+          isum += wq[i] * xq[r * w.in + b * kQK + i];
+          iabs += std::abs(wq[i] * xq[r * w.in + b * kQK + i]);
+        }
+        const double dd = dw * xd[r * nb + b];
+        ref.value[r * w.out + o] += dd * isum + mw * xs[r * nb + b];
+        ref.scale[r * w.out + o] += std::fabs(dd) * iabs + std::fabs(mw * xs[r * nb + b]);
+      }
+    }
+  }
+  return ref;
+}
+
+// ---------------------------------------------------------------- comparison
+
+struct Case {
+  GgmlType type;
+  int64_t rows, out, in, ldx, ldy;
+  std::string describe(Isa isa, bool pooled) const {
+    std::ostringstream s;
+    s << ggml_type_name(type) << " rows=" << rows << " out=" << out << " in=" << in << " ldx=" << ldx
+      << " ldy=" << ldy << " isa=" << isa_name(isa) << (pooled ? " pool=2" : " pool=null");
+    return s.str();
+  }
+};
+
+constexpr float kSentinel = 12345.0f;
+
+// Runs the fast path and checks every output against `ref` within rel * scale (+ the activation
+// quantization bound when `with_quant_bound`), and that y's padding is untouched.
+::testing::AssertionResult check_fast_path(const Case& c, const Weights& w, const std::vector<float>& x,
+                                           const Reference& ref, double rel, bool with_quant_bound,
+                                           ThreadPool* pool) {
+  std::vector<float> y(c.rows * c.ldy + 3, kSentinel);
+  matmul(w.view(), x.data(), c.rows, c.ldx, y.data(), c.ldy, pool);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t o = 0; o < c.ldy; ++o) {
+      const float got = y[r * c.ldy + o];
+      if (o >= c.out) {
+        if (got != kSentinel) return ::testing::AssertionFailure() << "wrote padding y[" << r << "][" << o << "]";
+        continue;
+      }
+      const double want = ref.value[r * c.out + o];
+      double tol = rel * ref.scale[r * c.out + o] + 1e-6;
+      if (with_quant_bound) tol += ref.quant_bound[r * c.out + o];
+      if (!(std::fabs(got - want) <= tol)) {
+        return ::testing::AssertionFailure() << "y[" << r << "][" << o << "] = " << got << ", expected " << want
+                                             << " +- " << tol;
+      }
+    }
+  }
+  for (size_t i = c.rows * c.ldy; i < y.size(); ++i) {
+    if (y[i] != kSentinel) return ::testing::AssertionFailure() << "wrote past y";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Every ISA, with and without a pool, against both references.
+void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* pool) {
+  const Weights w = make_weights(c.type, c.out, c.in, static_cast<uint32_t>(c.out * 131 + c.in));
+  const std::vector<float> x = make_activations(c.rows, c.in, c.ldx, static_cast<uint32_t>(c.rows * 7 + 1));
+  const Reference exact = exact_reference(w, x, c.rows, c.ldx);
+  const bool int8 = is_int8_activation_type(c.type);
+  Reference q8;
+  if (int8) q8 = q8_reference(w, x, c.rows, c.ldx);
+  for (Isa isa : isas) {
+    IsaOverride o(isa);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool}) {
+      if (int8) {
+        EXPECT_TRUE(check_fast_path(c, w, x, q8, 2e-5, false, p)) << c.describe(isa, p) << " vs q8 reference";
+        EXPECT_TRUE(check_fast_path(c, w, x, exact, 2e-5, true, p)) << c.describe(isa, p) << " vs exact product";
+      } else {
+        EXPECT_TRUE(check_fast_path(c, w, x, exact, 1e-5, false, p)) << c.describe(isa, p);
+      }
+    }
+  }
+}
+
+std::vector<int64_t> test_widths(GgmlType t) {
+  const int64_t be = ggml_block_elems(t);
+  if (be == 1) return {5, 37, 96};  // plain types: odd widths exercise the vector tails
+  return {be, 3 * be, 4 * be};      // one block, an odd count, an even count
+}
+
+// ---------------------------------------------------------------- tests
+
+TEST(Matmul, ReferenceMatchesDoublePrecision) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::Q4_0, GgmlType::Q6_K}) {
+    const int64_t in = 2 * ggml_block_elems(t) * (ggml_block_elems(t) == 1 ? 40 : 1);
+    const Weights w = make_weights(t, 7, in, 11);
+    const int64_t rows = 3, ldx = in + 2, ldy = 9;
+    const auto x = make_activations(rows, in, ldx, 5);
+    const Reference ref = exact_reference(w, x, rows, ldx);
+    std::vector<float> y(rows * ldy, kSentinel);
+    matmul_reference(w.view(), x.data(), rows, ldx, y.data(), ldy);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < w.out; ++o) {
+        EXPECT_NEAR(y[r * ldy + o], ref.value[r * w.out + o], 1e-5 * ref.scale[r * w.out + o] + 1e-6);
+      }
+      EXPECT_EQ(y[r * ldy + 7], kSentinel);
+    }
+  }
+}
+
+// The main sweep: every type, ISA and pool over small edge shapes with strides.
+TEST(Matmul, FastPathMatchesReferencesOnEdgeShapes) {
+  const auto isas = available_isas();
+  ASSERT_FALSE(isas.empty());
+  ThreadPool pool(2);
+  for (GgmlType t : kAllTypes) {
+    for (int64_t in : test_widths(t)) {
+      for (int64_t rows : {1, 2, 3, 5, 17, 64}) {
+        for (int64_t out : {1, 3, 16, 33}) {
+          check_all_paths({t, rows, out, in, in + 3, out + 2}, isas, &pool);
+          if (HasFailure()) return;  // one broken path would otherwise print thousands of lines
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, ContiguousStridesAndManyPanels) {
+  const auto isas = available_isas();
+  ThreadPool pool(2);
+  for (GgmlType t : kAllTypes) {
+    const int64_t be = ggml_block_elems(t);
+    const int64_t in = be == 1 ? 160 : (be == kQK ? 192 : 512);
+    // 600 rows: many 32-row panels (threads split the output); 70 rows: few panels (threads also split the
+    // activation rows); 1 and 9 rows: the streaming kernels.
+    for (int64_t out : {70, 600}) {
+      for (int64_t rows : {1, 9, 40}) {
+        check_all_paths({t, rows, out, in, in, out}, isas, &pool);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// With one-hot activations each output is a single weight, so the fast path's f32 conversion of the
+// weights must reproduce the reference dequantization bit for bit.
+TEST(Matmul, FastPathDequantizationIsExact) {
+  const auto isas = available_isas();
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const int64_t in = 256, out = 37;
+    const Weights w = make_weights(t, out, in, 99);
+    for (int64_t rows : {int64_t{4}, in}) {  // streaming kernel, then the GEMM kernel
+      std::vector<float> x(rows * in, 0.0f);
+      for (int64_t r = 0; r < rows; ++r) x[r * in + (r * 37) % in] = 1.0f;
+      for (Isa isa : isas) {
+        IsaOverride o(isa);
+        std::vector<float> y(rows * out);
+        matmul(w.view(), x.data(), rows, in, y.data(), out, nullptr);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < out; ++j) {
+            ASSERT_EQ(y[r * out + j], w.deq[j * in + (r * 37) % in])
+                << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows << " r=" << r << " o=" << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, PaddedWeightRows) {
+  const auto isas = available_isas();
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::F16, GgmlType::Q6_K}) {
+    const int64_t in = ggml_block_elems(t) == 1 ? 64 : 2 * ggml_block_elems(t) * (ggml_block_elems(t) == kQK ? 4 : 1);
+    const Weights w = make_weights(t, 40, in, 3, /*pad=*/32);
+    for (int64_t rows : {1, 20}) {
+      const auto x = make_activations(rows, in, in, 8);
+      const Reference ref = is_int8_activation_type(t) ? q8_reference(w, x, rows, in) : exact_reference(w, x, rows, in);
+      for (Isa isa : isas) {
+        IsaOverride o(isa);
+        EXPECT_TRUE(check_fast_path({t, rows, 40, in, in, 40}, w, x, ref, 2e-5, false, nullptr))
+            << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows;
+      }
+    }
+  }
+}
+
+TEST(Matmul, ZeroRowsOrOutputsDoNothing) {
+  const Weights w = make_weights(GgmlType::Q8_0, 4, 32, 1);
+  float x[32] = {}, y[4] = {kSentinel, kSentinel, kSentinel, kSentinel};
+  matmul(w.view(), x, 0, 32, y, 4, nullptr);
+  EXPECT_EQ(y[0], kSentinel);
+  matmul(w.view().rows(1, 0), x, 1, 32, y, 4, nullptr);
+  EXPECT_EQ(y[0], kSentinel);
+}
+
+TEST(Matmul, ArgumentErrors) {
+  const Weights w = make_weights(GgmlType::Q4_0, 4, 64, 1);
+  std::vector<float> x(2 * 64), y(2 * 4);
+  MatrixView v = w.view();
+  EXPECT_THROW(matmul(v, x.data(), 2, 63, y.data(), 4, nullptr), std::invalid_argument);  // ldx < in
+  EXPECT_THROW(matmul(v, x.data(), 2, 64, y.data(), 3, nullptr), std::invalid_argument);  // ldy < out
+  MatrixView bad_in = v;
+  bad_in.in = 48;  // not whole blocks
+  EXPECT_THROW(matmul(bad_in, x.data(), 2, 64, y.data(), 4, nullptr), std::invalid_argument);
+  MatrixView short_rows = v;
+  short_rows.row_bytes = 20;
+  EXPECT_THROW(matmul(short_rows, x.data(), 2, 64, y.data(), 4, nullptr), std::invalid_argument);
+  MatrixView unsupported = v;
+  unsupported.type = GgmlType::Q2_K;
+  unsupported.in = 256;
+  unsupported.row_bytes = 84;
+  std::vector<float> x256(256);
+  EXPECT_THROW(matmul(unsupported, x256.data(), 1, 256, y.data(), 4, nullptr), UnsupportedType);
+  EXPECT_THROW(matmul_reference(unsupported, x256.data(), 1, 256, y.data(), 4), UnsupportedType);
+}
+
+TEST(MatrixView, RowsAndGetRow) {
+  const Weights w = make_weights(GgmlType::Q5_1, 10, 64, 4);
+  const MatrixView v = w.view();
+  const MatrixView sub = v.rows(3, 4);
+  EXPECT_EQ(sub.out, 4);
+  EXPECT_EQ(sub.in, 64);
+  EXPECT_EQ(sub.data, w.data.data() + 3 * w.row_bytes);
+  std::vector<float> row(64);
+  matrix_get_row(sub, 1, row.data());
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(row[i], w.deq[4 * 64 + i]);
+  EXPECT_THROW(v.rows(8, 3), std::out_of_range);
+  EXPECT_THROW(v.rows(-1, 2), std::out_of_range);
+  EXPECT_THROW(matrix_get_row(v, 10, row.data()), std::out_of_range);
+}
+
+TEST(CpuFeatures, OverrideClampsToTheCpu) {
+  const CpuFeatures& f = cpu_features();
+  Isa best = Isa::Scalar;
+  {
+    IsaOverride o(Isa::Avx512);
+    best = active_isa();
+  }
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c) {
+    EXPECT_EQ(best, Isa::Avx512);
+  } else {
+    EXPECT_NE(best, Isa::Avx512);
+  }
+  if (best == Isa::Avx512) {
+    EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
+  }
+  {
+    IsaOverride o(Isa::Scalar);
+    EXPECT_EQ(active_isa(), Isa::Scalar);
+  }
+  EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
+  EXPECT_NE(cpu_features_string().find(isa_name(active_isa())), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gem4
