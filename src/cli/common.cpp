@@ -12,6 +12,7 @@ void declare_plan_flags(Args& a) {
   a.flag("--no-mask-crop", "score every cached key and mask afterwards (ablation)");
   a.flag("--no-ple-crop", "compute the PLE projection of tail layers for all rows (ablation)");
   a.flag("--simple-cut", "prune at the input of the first shared layer instead of inside the last KV layer");
+  a.flag("--exact-gelu", "exact tanh GELU instead of llama.cpp's f16 GELU table");
 }
 
 PlanSwitches plan_switches(const Args& a) {
@@ -20,6 +21,7 @@ PlanSwitches plan_switches(const Args& a) {
   s.mask_crop = !a.on("--no-mask-crop");
   s.ple_crop = !a.on("--no-ple-crop");
   s.optimal_cut = !a.on("--simple-cut");
+  s.exact_gelu = a.on("--exact-gelu");
   return s;
 }
 

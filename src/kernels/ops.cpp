@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "tensor/quant.h"
 
 namespace gem4 {
 
@@ -43,6 +46,33 @@ float gelu_tanh(float x) {
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+namespace {
+// gelu(x) rounded to f16 for every f16 bit pattern x (128 KiB of f32 results).
+const std::vector<float>& gelu_f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(1 << 16);
+    for (uint32_t h = 0; h < (1u << 16); ++h) t[h] = fp16_to_fp32(fp32_to_fp16(gelu_tanh(fp16_to_fp32(uint16_t(h)))));
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+float gelu_tanh_f16(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  return gelu_f16_table()[fp32_to_fp16(x)];
+}
+
+void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n) {
+  const float* table = gelu_f16_table().data();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[fp32_to_fp16(x)];
+    out[i] = g * up[i];
+  }
 }
 
 void softmax(float* x, int64_t n) {

@@ -18,6 +18,13 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const f
 float gelu_tanh(float x);
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);  // out = gelu(gate) * up
 
+// The same GELU as llama.cpp's CPU backend computes it: input rounded to f16, looked up in a table of
+// f16 results (0 below -10, identity above 10). Its ~1e-3 relative error is harmless for trained
+// models but matters when comparing logits with llama.cpp on chaotic random models, where 8-bit
+// activation rounding amplifies every difference. Forward uses it unless exact GELU is asked for.
+float gelu_tanh_f16(float x);
+void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n);
+
 // Numerically stable softmax in place.
 void softmax(float* x, int64_t n);
 // x = cap * tanh(x / cap)

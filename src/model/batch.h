@@ -27,6 +27,8 @@ struct PlanSwitches {
   bool mask_crop = true;  // attention visits only the keys a row can see (window band / causal prefix)
   bool ple_crop = true;   // PLE context projection of tail layers only for kept rows
   bool optimal_cut = true;  // cut inside layer K-1 (after its K/V write) rather than at the input of layer K
+  // Numerics, not plan: GELU by the exact tanh formula instead of llama.cpp's f16 table (ops.h).
+  bool exact_gelu = false;
 };
 
 struct MicroBatchPlan {

@@ -293,7 +293,8 @@ void Forward::mlp_block(int l) {
   matmul(lw.ffn_gate, a_.data(), n_, d, gate_.data(), ff);
   matmul(lw.ffn_up, a_.data(), n_, d, up_.data(), ff);
   parallel_for(pool_, int64_t(n_) * ff, 4096, [&](int64_t b, int64_t e, int) {
-    gelu_tanh_mul(gate_.data() + b, up_.data() + b, act_.data() + b, e - b);
+    if (!switches.exact_gelu) gelu_tanh_f16_mul(gate_.data() + b, up_.data() + b, act_.data() + b, e - b);
+    else gelu_tanh_mul(gate_.data() + b, up_.data() + b, act_.data() + b, e - b);
   });
   matmul(lw.ffn_down, act_.data(), n_, ff, o_.data(), d);
   rmsnorm_rows(o_.data(), d, lw.post_ffw_norm.data(), d, o_.data(), d);
@@ -308,7 +309,8 @@ void Forward::ple_block(int l) {
   for (int i = 0; i < n_; ++i) {
     float* g = &pg_[size_t(i) * P];
     const float* pl = &ple_[size_t(i) * LP + size_t(l) * P];
-    for (int j = 0; j < P; ++j) g[j] = gelu_tanh(g[j]) * pl[j];
+    if (!switches.exact_gelu) gelu_tanh_f16_mul(g, pl, g, P);
+    else gelu_tanh_mul(g, pl, g, P);
   }
   matmul(lw.ple_proj, pg_.data(), n_, P, o_.data(), d);
   rmsnorm_rows(o_.data(), d, lw.ple_post_norm.data(), d, o_.data(), d);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "gguf/gguf.h"
@@ -58,24 +59,64 @@ struct PlannedTensor {
   }
 };
 
-// Fills a tensor row by row; each row has its own random stream, so threads can split rows freely.
-void fill_tensor(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPool* pool) {
+// Draws rows [first, last) of a tensor directly: each row has its own random stream, so threads can
+// split rows freely and the result does not depend on the thread count.
+void draw_rows(const PlannedTensor& t, uint64_t tseed, int64_t first, int64_t last, uint8_t* dst, ThreadPool* pool) {
   const int64_t cols = t.ne[0];
-  int64_t rows = 1;
-  for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
   const size_t row_bytes = ggml_row_bytes(t.type, cols);
-  const uint64_t tseed = hash_name(t.name, seed);
   const float half_width = t.init.std * std::sqrt(3.0f);
-  parallel_for(pool, rows, 64, [&](int64_t b, int64_t e, int) {
+  parallel_for(pool, last - first, 16, [&](int64_t b, int64_t e, int) {
     std::vector<float> row(cols);
-    for (int64_t r = b; r < e; ++r) {
+    for (int64_t r = first + b; r < first + e; ++r) {
       uint64_t s = splitmix(tseed + uint64_t(r) * 0x9e3779b97f4a7c15ULL);
       for (int64_t c = 0; c < cols; ++c) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
         const float u = float(s >> 40) * (1.0f / 16777216.0f);  // [0, 1)
         row[c] = t.init.mean + (2.0f * u - 1.0f) * half_width;
       }
-      quantize_row(t.type, row.data(), dst + size_t(r) * row_bytes, cols);
+      quantize_row(t.type, row.data(), dst + size_t(r - first) * row_bytes, cols);
+    }
+  });
+}
+
+// Large tensors (E2B has 4.6 B parameters) would take minutes to draw value by value, so their rows are
+// copied from a pool of random rows shared by all tensors of the same row shape and distribution
+// (e.g. the FFN weights of every layer), picked by a hash of tensor and row. Speed does not depend on
+// the values, and small models (all the tests) draw every row.
+constexpr int64_t kDirectElements = int64_t(1) << 22;  // tensors up to 4 M elements are drawn directly
+
+class RowPools {
+ public:
+  const std::vector<uint8_t>& get(const PlannedTensor& t, uint64_t seed, int64_t pool_rows, ThreadPool* pool) {
+    char key[128];
+    std::snprintf(key, sizeof key, "%u/%lld/%g/%g", unsigned(t.type), (long long)t.ne[0], t.init.mean, t.init.std);
+    auto it = pools_.find(key);
+    if (it != pools_.end()) return it->second;
+    std::vector<uint8_t>& buf = pools_[key];
+    buf.resize(size_t(pool_rows) * ggml_row_bytes(t.type, t.ne[0]));
+    draw_rows(t, hash_name(key, seed), 0, pool_rows, buf.data(), pool);
+    return buf;
+  }
+
+ private:
+  std::map<std::string, std::vector<uint8_t>> pools_;
+};
+
+void fill_tensor(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPool* pool, RowPools& pools) {
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+  const uint64_t tseed = hash_name(t.name, seed);
+  if (rows * t.ne[0] <= kDirectElements) {
+    draw_rows(t, tseed, 0, rows, dst, pool);
+    return;
+  }
+  const int64_t pool_rows = std::max<int64_t>(256, kDirectElements / t.ne[0]);
+  const size_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
+  const std::vector<uint8_t>& rowpool = pools.get(t, seed, pool_rows, pool);
+  parallel_for(pool, rows, 256, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) {
+      const uint64_t pick = splitmix(tseed ^ uint64_t(r)) % uint64_t(pool_rows);
+      std::memcpy(dst + size_t(r) * row_bytes, rowpool.data() + pick * row_bytes, row_bytes);
     }
   });
 }
@@ -206,14 +247,14 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   return g;
 }
 
-void fill_planned(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPool* pool) {
+void fill_planned(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPool* pool, RowPools& pools) {
   if (t.name == "rope_freqs.weight") {
     auto* f = reinterpret_cast<float*>(dst);
     const int64_t n = t.ne[0];
     for (int64_t i = 0; i < n; ++i) f[i] = i < n / 4 ? 1.0f : 1e30f;
     return;
   }
-  fill_tensor(t, seed, dst, pool);
+  fill_tensor(t, seed, dst, pool, pools);
 }
 
 }  // namespace
@@ -239,11 +280,12 @@ GeneratedLayout describe_generated_model(const GeneratorSpec& spec) {
 
 void write_generated_model(const GeneratorSpec& spec, const std::string& path, ThreadPool* pool) {
   GeneratedPlan g = plan_model(spec);
+  auto pools = std::make_shared<RowPools>();
   for (const auto& t : g.tensors) {
     const PlannedTensor copy = t;
     const uint64_t seed = spec.seed;
-    g.meta.add_tensor_lazy(t.name, t.ne, t.type, [copy, seed, pool](uint8_t* dst, size_t) {
-      fill_planned(copy, seed, dst, pool);
+    g.meta.add_tensor_lazy(t.name, t.ne, t.type, [copy, seed, pool, pools](uint8_t* dst, size_t) {
+      fill_planned(copy, seed, dst, pool, *pools);
     });
   }
   g.meta.write(path);
@@ -271,10 +313,11 @@ std::unique_ptr<Model> generate_model(const GeneratorSpec& spec, ThreadPool* poo
     throw std::runtime_error("generate_model: cannot allocate " + std::to_string(total) + " bytes");
   }
   TensorTable table;
+  RowPools pools;
   size_t off = 0;
   for (const auto& t : g.tensors) {
     uint8_t* dst = static_cast<uint8_t*>(mem->p) + off;
-    fill_planned(t, spec.seed, dst, pool);
+    fill_planned(t, spec.seed, dst, pool, pools);
     TensorRef r;
     r.type = t.type;
     r.ne = t.ne;

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "tensor/quant.h"
+#include "kernels/convert.h"
 
 namespace gem4 {
 
@@ -87,31 +87,15 @@ namespace {
 void store_row(KvType t, const float* src, uint8_t* dst, int n) {
   switch (t) {
     case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
-    case KvType::F16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
-      break;
-    }
-    case KvType::BF16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
-      break;
-    }
+    case KvType::F16: convert_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n); break;
+    case KvType::BF16: convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); break;
   }
 }
 void load_row(KvType t, const uint8_t* src, float* dst, int n) {
   switch (t) {
     case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
-    case KvType::F16: {
-      auto* s = reinterpret_cast<const uint16_t*>(src);
-      for (int i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
-      break;
-    }
-    case KvType::BF16: {
-      auto* s = reinterpret_cast<const uint16_t*>(src);
-      for (int i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
-      break;
-    }
+    case KvType::F16: convert_f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
+    case KvType::BF16: convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
   }
 }
 }  // namespace
