@@ -38,15 +38,23 @@ const json* field(const json* obj, const char* key) { return obj ? field(*obj, k
 bool truthy(const json* v) {
   if (!v) return false;
   switch (v->type()) {
-    case json::value_t::null: return false;
-    case json::value_t::boolean: return v->get<bool>();
-    case json::value_t::number_integer: return v->get<int64_t>() != 0;
-    case json::value_t::number_unsigned: return v->get<uint64_t>() != 0;
-    case json::value_t::number_float: return v->get<double>() != 0.0;
-    case json::value_t::string: return !v->get_ref<const std::string&>().empty();
+    case json::value_t::null:
+      return false;
+    case json::value_t::boolean:
+      return v->get<bool>();
+    case json::value_t::number_integer:
+      return v->get<int64_t>() != 0;
+    case json::value_t::number_unsigned:
+      return v->get<uint64_t>() != 0;
+    case json::value_t::number_float:
+      return v->get<double>() != 0.0;
+    case json::value_t::string:
+      return !v->get_ref<const std::string&>().empty();
     case json::value_t::array:
-    case json::value_t::object: return !v->empty();
-    default: return true;
+    case json::value_t::object:
+      return !v->empty();
+    default:
+      return true;
   }
 }
 
@@ -59,7 +67,10 @@ std::string python_float_repr(double x) {
   auto res = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
   std::string s(buf, res.ptr);
   std::string sign;
-  if (s[0] == '-') { sign = "-"; s.erase(0, 1); }
+  if (s[0] == '-') {
+    sign = "-";
+    s.erase(0, 1);
+  }
   const size_t e = s.find('e');
   std::string digits = s.substr(0, e);
   digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
@@ -90,13 +101,20 @@ std::string python_repr(const json& v);
 std::string python_str(const json* v) {
   if (!v) return "";
   switch (v->type()) {
-    case json::value_t::string: return v->get<std::string>();
-    case json::value_t::null: return "None";
-    case json::value_t::boolean: return v->get<bool>() ? "True" : "False";
-    case json::value_t::number_integer: return std::to_string(v->get<int64_t>());
-    case json::value_t::number_unsigned: return std::to_string(v->get<uint64_t>());
-    case json::value_t::number_float: return python_float_repr(v->get<double>());
-    default: return python_repr(*v);
+    case json::value_t::string:
+      return v->get<std::string>();
+    case json::value_t::null:
+      return "None";
+    case json::value_t::boolean:
+      return v->get<bool>() ? "True" : "False";
+    case json::value_t::number_integer:
+      return std::to_string(v->get<int64_t>());
+    case json::value_t::number_unsigned:
+      return std::to_string(v->get<uint64_t>());
+    case json::value_t::number_float:
+      return python_float_repr(v->get<double>());
+    default:
+      return python_repr(*v);
   }
 }
 
@@ -106,11 +124,17 @@ std::string python_string_repr(const std::string& s) {
   const char q = use_double ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == q) { out += '\\'; out += char(c); }
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == q) {
+      out += '\\';
+      out += char(c);
+    } else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -152,8 +176,8 @@ std::string upper(const json* v) { return upper(python_str(v)); }
 // Decodes the code point that starts at s[i] (or ends at s[end-1] when backward) for whitespace checks.
 bool python_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
-         cp == 0x202f || cp == 0x205f || cp == 0x3000;
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+         cp == 0x205f || cp == 0x3000;
 }
 
 // Length of the whitespace code point at the front of s (0 if none).
@@ -175,8 +199,7 @@ size_t leading_space_len(std::string_view s) {
 // Length of the whitespace code point at the back of s (0 if none).
 size_t trailing_space_len(std::string_view s) {
   size_t start = s.size();
-  while (start > 0 && s.size() - start < 4 &&
-         (static_cast<unsigned char>(s[start - 1]) & 0xc0) == 0x80)
+  while (start > 0 && s.size() - start < 4 && (static_cast<unsigned char>(s[start - 1]) & 0xc0) == 0x80)
     --start;
   if (start == 0) return 0;
   --start;
@@ -245,8 +268,10 @@ void format_argument(std::string& out, const json* v, bool escape_keys) {
     for (const auto& [key, value] : dictsort(*v)) {
       if (!first) out += ',';
       first = false;
-      if (escape_keys) quoted(out, key);
-      else out += key;
+      if (escape_keys)
+        quoted(out, key);
+      else
+        out += key;
       out += ':';
       format_argument(out, value, escape_keys);
     }
@@ -276,12 +301,10 @@ void format_required_list(std::string& out, const json& list, const std::string&
 // format_parameters(properties): one entry per property, sorted, skipping the JSON-schema keywords
 // (the macro is also applied to a schema itself, where those keys are not properties).
 void format_parameters(std::string& out, const json& properties, const std::string& where) {
-  static const char* const kStandardKeys[] = {"description", "type", "properties", "required",
-                                              "nullable"};
+  static const char* const kStandardKeys[] = {"description", "type", "properties", "required", "nullable"};
   bool found_first = false;
   for (const auto& [key, value_ptr] : dictsort(properties)) {
-    if (std::find(std::begin(kStandardKeys), std::end(kStandardKeys), key) !=
-        std::end(kStandardKeys))
+    if (std::find(std::begin(kStandardKeys), std::end(kStandardKeys), key) != std::end(kStandardKeys))
       continue;
     const json& value = *value_ptr;
     const std::string at = where + "." + key;
@@ -384,8 +407,7 @@ std::string format_function_declaration(const json& tool, size_t index) {
     if (!params->is_object()) fail(where + ".function.parameters", "expected an object");
     out += ",parameters:{";
     if (const json* props = field(params, "properties"); truthy(props)) {
-      if (!props->is_object())
-        fail(where + ".function.parameters.properties", "expected an object");
+      if (!props->is_object()) fail(where + ".function.parameters.properties", "expected an object");
       out += "properties:{";
       format_parameters(out, *props, where + ".function.parameters.properties");
       out += "},";
@@ -679,8 +701,8 @@ std::string render_chat(const json& messages, const json& tools, bool add_genera
 
     const json* content = field(msg, "content");
     if (content && content->is_string()) {
-      out += role == "model" ? strip_thinking(content->get<std::string>())
-                             : trim(content->get<std::string>());
+      out +=
+          role == "model" ? strip_thinking(content->get<std::string>()) : trim(content->get<std::string>());
     } else if (content && content->is_array()) {
       for (const json& part : *content) {
         const std::string type = part["type"].get<std::string>();
@@ -702,8 +724,10 @@ std::string render_chat(const json& messages, const json& tools, bool add_genera
 
     // A tool call without its responses leaves the turn open for them; a turn that only carried
     // tool responses stays open for the model's answer.
-    if (last == Last::kToolCall && !responded) out += "<|tool_response>";
-    else if (!(responded && !truthy(content))) out += "<turn|>\n";
+    if (last == Last::kToolCall && !responded)
+      out += "<|tool_response>";
+    else if (!(responded && !truthy(content)))
+      out += "<turn|>\n";
   }
 
   if (add_generation_prompt && last != Last::kToolResponse && last != Last::kToolCall) {

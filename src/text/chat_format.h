@@ -7,9 +7,8 @@
 // follow Python Jinja2. Where the template would fail or print a Python repr for input that is
 // plausible but malformed, we say so in the comments at that branch.
 #pragma once
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace gem4::text {
 

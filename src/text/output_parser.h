@@ -15,12 +15,11 @@
 // concatenated deltas are the same however the text was cut into pieces.
 #pragma once
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gem4::text {
 
@@ -67,7 +66,8 @@ class OutputParser {
 
   OutputParserOptions options_;
   State state_ = State::kContent;
-  std::string buf_;  // text not yet assigned to an output
+  std::string buf_;       // text not yet assigned to an output
+  size_t tool_scan_ = 0;  // in kToolCall: buf_ has no closing marker before this offset
   std::string reasoning_, content_;
   std::vector<nlohmann::json> tool_calls_;
 };

@@ -1,6 +1,7 @@
 #include "text/tokenizer.h"
 
 #include <algorithm>
+#include <climits>
 #include <queue>
 #include <unordered_map>
 
@@ -56,7 +57,7 @@ std::vector<Fragment> partition_special(const Vocab& vocab, std::string_view tex
   std::vector<Fragment> next;
   for (int32_t id : vocab.special_tokens()) {
     if (!parse_special && vocab.has_attr(id, attr::kControl | attr::kUnknown)) continue;
-    const std::string& piece = vocab.text(id);
+    const std::string_view piece = vocab.text(id);
     if (!present[static_cast<unsigned char>(piece[0])]) continue;  // cheap reject
     bool split = false;
     next.clear();
@@ -103,7 +104,8 @@ class BpeWorker {
       const size_t len = std::min(utf8_char_len(lead), word.size() - pos);
       const int32_t id = lead < 0x80 ? vocab_.ascii_symbol(lead) : vocab_.symbol(word.substr(pos, len));
       const int32_t index = static_cast<int32_t>(symbols_.size());
-      symbols_.push_back(Symbol{id, index - 1, index + 1, static_cast<uint32_t>(pos), static_cast<uint32_t>(len)});
+      symbols_.push_back(
+          Symbol{id, index - 1, index + 1, static_cast<uint32_t>(pos), static_cast<uint32_t>(len)});
       pos += len;
     }
     if (symbols_.empty()) return;
@@ -238,7 +240,8 @@ class FragmentEncoder {
     if (cache_.map.size() < PieceCache::kMaxEntries) {
       const uint32_t offset = static_cast<uint32_t>(cache_.pool.size());
       cache_.pool.insert(cache_.pool.end(), out.begin() + before, out.end());
-      cache_.map.emplace(std::string(piece), std::make_pair(offset, static_cast<uint32_t>(out.size() - before)));
+      cache_.map.emplace(std::string(piece),
+                         std::make_pair(offset, static_cast<uint32_t>(out.size() - before)));
     }
   }
 
@@ -302,6 +305,9 @@ Tokenizer::Tokenizer(VocabData data) : vocab_(std::make_shared<const Vocab>(std:
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   const Vocab& vocab = *vocab_;
+  if (text.size() > static_cast<size_t>(INT32_MAX))  // symbol indices are 32-bit
+    throw TokenizerError(vocab.source() + ": text of " + std::to_string(text.size()) +
+                         " bytes is too long to tokenize");
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos) {
@@ -322,7 +328,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
 
 std::string Tokenizer::token_piece(int32_t id, bool special) const {
   if (!special && vocab_->has_attr(id, attr::kControl | attr::kUnknown)) return std::string();
-  return vocab_->piece(id);
+  return std::string(vocab_->piece(id));
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) const {

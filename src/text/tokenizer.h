@@ -52,9 +52,9 @@ class Tokenizer {
 
   int n_vocab() const { return vocab_->n_tokens(); }
   std::optional<int32_t> find_token(std::string_view text) const { return vocab_->find(text); }
-  const std::string& token_text(int32_t id) const { return vocab_->text(id); }  // raw, with U+2581
-  TokenType token_type(int32_t id) const { return vocab_->type(id); }           // as in the file
-  uint32_t token_attrs(int32_t id) const { return vocab_->attrs(id); }          // after load rules
+  std::string_view token_text(int32_t id) const { return vocab_->text(id); }  // raw, with U+2581
+  TokenType token_type(int32_t id) const { return vocab_->type(id); }         // as in the file
+  uint32_t token_attrs(int32_t id) const { return vocab_->attrs(id); }        // after load rules
   bool is_control(int32_t id) const { return vocab_->has_attr(id, attr::kControl); }
   bool is_user_defined(int32_t id) const { return vocab_->has_attr(id, attr::kUserDefined); }
   bool is_byte(int32_t id) const { return vocab_->has_attr(id, attr::kByte); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <span>
 
 #include "gguf/gguf.h"
 
@@ -10,17 +11,24 @@ namespace gem4::text {
 
 namespace {
 
-const std::string kSpaceMarker = "\xE2\x96\x81";  // U+2581, how the vocabulary spells a space
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581, how the vocabulary spells a space
 
 uint32_t attrs_from_type(int32_t type) {
   switch (static_cast<TokenType>(type)) {
-    case TokenType::Normal: return attr::kNormal;
-    case TokenType::Unknown: return attr::kUnknown;
-    case TokenType::Control: return attr::kControl;
-    case TokenType::UserDefined: return attr::kUserDefined;
-    case TokenType::Unused: return attr::kUnused;
-    case TokenType::Byte: return attr::kByte;
-    default: return attr::kUndefined;
+    case TokenType::Normal:
+      return attr::kNormal;
+    case TokenType::Unknown:
+      return attr::kUnknown;
+    case TokenType::Control:
+      return attr::kControl;
+    case TokenType::UserDefined:
+      return attr::kUserDefined;
+    case TokenType::Unused:
+      return attr::kUnused;
+    case TokenType::Byte:
+      return attr::kByte;
+    default:
+      return attr::kUndefined;
   }
 }
 
@@ -66,37 +74,51 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 
 // The texts llama.cpp uses to recognise special tokens that the converter did not label
 // (llama-vocab.cpp, "auto-detect special tokens by text"). Data, not ids.
-const std::initializer_list<const char*> kEotTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+using TextList = std::span<const std::string_view>;
+constexpr std::string_view kEotTexts[] = {
+    "<|eot_id|>",        "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>",   "<EOT>",      "_<EOT>",  "[EOT]",         "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
     "<end_of_utterance>"};
-const std::initializer_list<const char*> kEomTexts = {"<|eom_id|>"};
-const std::initializer_list<const char*> kFimPreTexts = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-    "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"};
-const std::initializer_list<const char*> kFimSufTexts = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
-    "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"};
-const std::initializer_list<const char*> kFimMidTexts = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
-    "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"};
-const std::initializer_list<const char*> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
-                                                         "<PAD>", "[PAD]"};
-const std::initializer_list<const char*> kFimRepTexts = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                                         "<REPO>", "<reponame>"};
-const std::initializer_list<const char*> kFimSepTexts = {"<|file_sep|>"};
-// Tokens that end generation, recognised by text. The last three are Gemma 4's.
-const std::initializer_list<const char*> kEogTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["};
-
-bool text_in(std::string_view text, std::initializer_list<const char*> list) {
-  for (const char* t : list)
-    if (text == t) return true;
-  return false;
-}
+constexpr std::string_view kEomTexts[] = {"<|eom_id|>"};
+constexpr std::string_view kFimPreTexts[] = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",    "<\uFF5Cfim\u2581begin\uFF5C>",
+    "<PRE>",          "\u2581<PRE>",  "<|code_prefix|>", "<|prefix|>"};
+constexpr std::string_view kFimSufTexts[] = {
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",    "<\uFF5Cfim\u2581hole\uFF5C>",
+    "<SUF>",          "\u2581<SUF>",  "<|code_suffix|>", "<|suffix|>"};
+constexpr std::string_view kFimMidTexts[] = {
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>",    "<\uFF5Cfim\u2581end\uFF5C>",
+    "<MID>",          "\u2581<MID>",  "<|code_middle|>", "<|middle|>"};
+constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"};
+constexpr std::string_view kFimRepTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                                             "<reponame>"};
+constexpr std::string_view kFimSepTexts[] = {"<|file_sep|>"};
+// Tokens that end generation, recognised by text. <eos>, <turn|> and <|tool_response> are Gemma 4's.
+constexpr std::string_view kEogTexts[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<|return|>",
+                                          "<|call|>",
+                                          "<|flush|>",
+                                          "<|calls|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "</s>",
+                                          "<|eom_id|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "[EOT]",
+                                          "[EOS]",
+                                          "<|end_of_text|>",
+                                          "<end_of_utterance>",
+                                          "<eos>",
+                                          "<turn|>",
+                                          "<|tool_response>",
+                                          "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+                                          "[e~["};
+// gpt-oss tokens that llama.cpp always renders (USER_DEFINED).
+constexpr std::string_view kAlwaysRenderedTexts[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                                     "<|constrain|>"};
 
 // --- reading keys ---------------------------------------------------------------------------
 
@@ -108,7 +130,8 @@ const gguf::Value& string_array(const gguf::GgufFile& file, const std::string& k
   const gguf::Value* v = file.find(key);
   if (!v) key_error(file, key, "missing (not a tokenizer GGUF?)");
   if (v->type != gguf::ValueType::ARRAY || v->elem_type != gguf::ValueType::STRING)
-    key_error(file, key, std::string("expected an array of strings, found ") + gguf::value_type_name(v->type));
+    key_error(file, key,
+              std::string("expected an array of strings, found ") + gguf::value_type_name(v->type));
   return *v;
 }
 
@@ -135,8 +158,8 @@ VocabData VocabData::from_gguf(const gguf::GgufFile& file) {
 
   const std::string types_key = "tokenizer.ggml.token_type";
   if (const gguf::Value* t = file.find(types_key)) {
-    if (t->type != gguf::ValueType::ARRAY || !(t->elem_type == gguf::ValueType::INT32 ||
-                                               t->elem_type == gguf::ValueType::UINT32))
+    if (t->type != gguf::ValueType::ARRAY ||
+        !(t->elem_type == gguf::ValueType::INT32 || t->elem_type == gguf::ValueType::UINT32))
       key_error(file, types_key, "expected an array of int32");
     d.types.reserve(t->elems.size());
     for (const gguf::Value& e : t->elems) d.types.push_back(static_cast<int32_t>(e.as_int()));
@@ -186,39 +209,59 @@ Vocab::Vocab(VocabData data) : source_(std::move(data.source)) {
                          "'; only the 'gemma4' tokenizer (llama.cpp's converter) is supported");
   const size_t n = data.tokens.size();
   if (n == 0) throw TokenizerError(source_ + ": tokenizer.ggml.tokens is empty");
-  if (n > static_cast<size_t>(INT32_MAX / 2)) throw TokenizerError(source_ + ": vocabulary too large");
+  if (n > static_cast<size_t>(INT32_MAX / 4)) throw TokenizerError(source_ + ": vocabulary too large");
   if (!data.types.empty() && data.types.size() < n)
     throw TokenizerError(source_ + ": tokenizer.ggml.token_type has " + std::to_string(data.types.size()) +
                          " entries for " + std::to_string(n) + " tokens");
+  n_tokens_ = static_cast<int32_t>(n);
 
-  tokens_ = std::move(data.tokens);
-  types_.resize(n, TokenType::Normal);
-  attrs_.resize(n, attr::kNormal);
+  size_t bytes = 0;
+  for (const std::string& t : data.tokens) bytes += t.empty() ? 24 : t.size();
+  if (bytes >= UINT32_MAX / 2) throw TokenizerError(source_ + ": tokenizer.ggml.tokens too large");
+  pool_.reserve(bytes + bytes / 8);
+  offsets_.reserve(n + 1);
+  offsets_.push_back(0);
   for (size_t i = 0; i < n; ++i) {
-    if (tokens_[i].empty()) tokens_[i] = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
-    if (!data.types.empty()) {
+    if (data.tokens[i].empty()) {
+      pool_ += "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
+    } else {
+      pool_ += data.tokens[i];
+    }
+    offsets_.push_back(static_cast<uint32_t>(pool_.size()));
+  }
+  data.tokens = {};
+
+  size_t capacity = 16;
+  while (capacity < 2 * n) capacity <<= 1;
+  index_.assign(capacity, 0);
+  index_mask_ = capacity - 1;
+  for (int32_t id = 0; id < n_tokens_; ++id) {
+    if (const int32_t other = index_find(symbol_text(id)); other != kNoToken)
+      throw TokenizerError(source_ + ": tokenizer.ggml.tokens: duplicate token '" +
+                           std::string(symbol_text(id)) + "' at ids " + std::to_string(other) + " and " +
+                           std::to_string(id));
+    index_insert(id);
+  }
+
+  types_.assign(n, TokenType::Normal);
+  attrs_.assign(n, attr::kNormal);
+  if (!data.types.empty()) {
+    for (size_t i = 0; i < n; ++i) {
       types_[i] = static_cast<TokenType>(data.types[i]);
       attrs_[i] = attrs_from_type(data.types[i]);
     }
   }
-  token_ids_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    auto [it, inserted] = token_ids_.emplace(std::string_view(tokens_[i]), static_cast<int32_t>(i));
-    if (!inserted)
-      throw TokenizerError(source_ + ": tokenizer.ggml.tokens: duplicate token '" + tokens_[i] + "' at ids " +
-                           std::to_string(it->second) + " and " + std::to_string(i));
-  }
 
   static const char* kHex = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) {
-    const char name[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
-    byte_tokens_[b] = find(name).value_or(kNoToken);
+    const char name[6] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+    byte_tokens_[b] = token_with_text(std::string_view(name, 6));
   }
 
   special_ = data.special;
-  for (int32_t* id : {&special_.bos, &special_.eos, &special_.unk, &special_.sep, &special_.pad, &special_.mask,
-                      &special_.eot, &special_.eom, &special_.fim_pre, &special_.fim_suf, &special_.fim_mid,
-                      &special_.fim_pad, &special_.fim_rep, &special_.fim_sep})
+  for (int32_t* id : {&special_.bos, &special_.eos, &special_.unk, &special_.sep, &special_.pad,
+                      &special_.mask, &special_.eot, &special_.eom, &special_.fim_pre, &special_.fim_suf,
+                      &special_.fim_mid, &special_.fim_pad, &special_.fim_rep, &special_.fim_sep})
     if (!valid(*id)) *id = kNoToken;
   add_bos_ = data.add_bos;
   add_eos_ = data.add_eos;
@@ -228,78 +271,66 @@ Vocab::Vocab(VocabData data) : source_(std::move(data.source)) {
 
   // Whole-piece matching before BPE: llama.cpp's cache_special_tokens, longest first. llama.cpp's
   // sort is not stable; equal lengths go by id here so the order is reproducible.
-  for (int32_t id = 0; id < n_tokens(); ++id)
+  for (int32_t id = 0; id < n_tokens_; ++id)
     if (attrs_[id] & (attr::kControl | attr::kUserDefined | attr::kUnknown)) special_tokens_.push_back(id);
-  std::stable_sort(special_tokens_.begin(), special_tokens_.end(), [&](int32_t a, int32_t b) {
-    return tokens_[a].size() > tokens_[b].size();
-  });
+  std::stable_sort(special_tokens_.begin(), special_tokens_.end(),
+                   [&](int32_t a, int32_t b) { return symbol_text(a).size() > symbol_text(b).size(); });
 
-  pieces_.resize(n);
-  for (int32_t id = 0; id < n_tokens(); ++id) {
-    const uint32_t a = attrs_[id];
-    const std::string& t = tokens_[id];
-    if (a & (attr::kUnknown | attr::kControl | attr::kUserDefined)) {
-      pieces_[id] = t;
-    } else if (a & attr::kNormal) {
-      pieces_[id] = t.find(kSpaceMarker) == std::string::npos ? t : replace_all(t, kSpaceMarker, " ");
-    } else if (a & attr::kByte) {
-      // llama.cpp reads the two characters after "<0x" as hex.
-      const std::string hex = t.size() >= 5 ? t.substr(3, 2) : std::string();
-      pieces_[id] = std::string(1, static_cast<char>(std::strtol(hex.c_str(), nullptr, 16)));
-    }
-  }
-
-  for (int c = 0; c < 128; ++c) ascii_symbols_[c] = kNoToken;
+  build_pieces();
   build_merges(data.merges);
   for (int c = 0; c < 128; ++c) {
     const char ch = static_cast<char>(c);
-    ascii_symbols_[c] = symbol(std::string_view(&ch, 1));
+    ascii_symbols_[c] = index_find(std::string_view(&ch, 1));
   }
 }
 
 void Vocab::derive_attributes() {
-  // Order and rules follow llama.cpp's llama_vocab::impl::load; token order is by id here.
-  auto promote = [&](int32_t id) { attrs_[id] |= attr::kControl; };
-  auto detect = [&](int32_t& slot, std::initializer_list<const char*> texts, int32_t id) {
-    if (slot == kNoToken && text_in(tokens_[id], texts)) {
-      slot = id;
-      promote(id);
+  // Order and rules follow llama.cpp's llama_vocab::impl::load. llama.cpp walks its hash map; here
+  // the lowest id wins when several tokens could fill a slot.
+  auto first_of = [&](TextList texts) {
+    int32_t best = kNoToken;
+    for (std::string_view t : texts) {
+      const int32_t id = token_with_text(t);
+      if (id != kNoToken && (best == kNoToken || id < best)) best = id;
     }
+    return best;
   };
-  for (int32_t id = 0; id < n_tokens(); ++id) {
-    detect(special_.eot, kEotTexts, id);
-    detect(special_.eom, kEomTexts, id);
-    detect(special_.fim_pre, kFimPreTexts, id);
-    detect(special_.fim_suf, kFimSufTexts, id);
-    detect(special_.fim_mid, kFimMidTexts, id);
-    detect(special_.fim_pad, kFimPadTexts, id);
-    detect(special_.fim_rep, kFimRepTexts, id);
-    detect(special_.fim_sep, kFimSepTexts, id);
-  }
+  auto detect = [&](int32_t& slot, TextList texts) {
+    if (slot != kNoToken) return;
+    slot = first_of(texts);
+    if (slot != kNoToken) attrs_[slot] |= attr::kControl;  // "control-looking token ... overridden"
+  };
+  detect(special_.eot, kEotTexts);
+  detect(special_.eom, kEomTexts);
+  detect(special_.fim_pre, kFimPreTexts);
+  detect(special_.fim_suf, kFimSufTexts);
+  detect(special_.fim_mid, kFimMidTexts);
+  detect(special_.fim_pad, kFimPadTexts);
+  detect(special_.fim_rep, kFimRepTexts);
+  detect(special_.fim_sep, kFimSepTexts);
+
   // Control tokens named "unused" are unused.
-  for (int32_t id = 0; id < n_tokens(); ++id)
-    if ((attrs_[id] & attr::kControl) && tokens_[id].find("unused") != std::string::npos)
+  for (int32_t id = 0; id < n_tokens_; ++id)
+    if ((attrs_[id] & attr::kControl) && symbol_text(id).find("unused") != std::string_view::npos)
       attrs_[id] |= attr::kUnused;
 
-  eog_flags_.assign(tokens_.size(), 0);
+  eog_flags_.assign(n_tokens_, 0);
   for (int32_t id : {special_.fim_pad, special_.fim_rep, special_.fim_sep})
     if (id != kNoToken) eog_flags_[id] = 1;
-  for (int32_t id = 0; id < n_tokens(); ++id) {
-    if (text_in(tokens_[id], kEogTexts)) {
+  for (std::string_view t : kEogTexts) {
+    if (const int32_t id = token_with_text(t); id != kNoToken) {
       eog_flags_[id] = 1;
-      promote(id);  // e.g. <|tool_response>: USER_DEFINED in the file, CONTROL as well after this
+      attrs_[id] |= attr::kControl;  // e.g. <|tool_response>: USER_DEFINED in the file, now also CONTROL
     }
   }
-  // gpt-oss tokens that llama.cpp always renders.
-  for (int32_t id = 0; id < n_tokens(); ++id)
-    if (text_in(tokens_[id], {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}))
-      attrs_[id] = attr::kUserDefined;
+  for (std::string_view t : kAlwaysRenderedTexts)
+    if (const int32_t id = token_with_text(t); id != kNoToken) attrs_[id] = attr::kUserDefined;
   for (int32_t id : {special_.eos, special_.eot, special_.eom})
     if (id != kNoToken) eog_flags_[id] = 1;
 
-  auto eog_with_text = [&](std::initializer_list<const char*> texts) {
-    for (int32_t id = 0; id < n_tokens(); ++id)
-      if (eog_flags_[id] && text_in(tokens_[id], texts)) return id;
+  auto eog_with_text = [&](std::initializer_list<std::string_view> texts) {
+    for (std::string_view t : texts)
+      if (const int32_t id = token_with_text(t); id != kNoToken && eog_flags_[id]) return id;
     return kNoToken;
   };
   // o200k_harmony / solar-open: <|end|> is not an end of generation there.
@@ -319,8 +350,29 @@ void Vocab::derive_attributes() {
       attrs_[s] = attr::kNormal;
     }
   }
-  for (int32_t id = 0; id < n_tokens(); ++id)
+  for (int32_t id = 0; id < n_tokens_; ++id)
     if (eog_flags_[id]) eog_ids_.push_back(id);
+}
+
+void Vocab::build_pieces() {
+  piece_pool_.reserve(pool_.size());
+  piece_offsets_.reserve(n_tokens_ + 1);
+  piece_offsets_.push_back(0);
+  for (int32_t id = 0; id < n_tokens_; ++id) {
+    const uint32_t a = attrs_[id];
+    const std::string_view t = symbol_text(id);
+    if (a & (attr::kUnknown | attr::kControl | attr::kUserDefined)) {
+      piece_pool_ += t;
+    } else if (a & attr::kNormal) {
+      piece_pool_ +=
+          t.find(kSpaceMarker) == std::string_view::npos ? std::string(t) : replace_all(t, kSpaceMarker, " ");
+    } else if (a & attr::kByte) {
+      // llama.cpp reads the two characters after "<0x" as hex.
+      const std::string hex = t.size() >= 5 ? std::string(t.substr(3, 2)) : std::string();
+      piece_pool_.push_back(static_cast<char>(std::strtol(hex.c_str(), nullptr, 16)));
+    }
+    piece_offsets_.push_back(static_cast<uint32_t>(piece_pool_.size()));
+  }
 }
 
 void Vocab::build_merges(const std::vector<std::string>& merges) {
@@ -328,14 +380,6 @@ void Vocab::build_merges(const std::vector<std::string>& merges) {
   while (capacity < merges.size() * 2) capacity <<= 1;
   merge_slots_.assign(capacity, MergeSlot{kEmptyKey, Merge{0, 0}});
   merge_mask_ = capacity - 1;
-
-  auto intern = [&](std::string_view s) -> int32_t {
-    int32_t id = symbol(s);
-    if (id != kNoToken) return id;
-    id = n_tokens() + static_cast<int32_t>(extra_symbols_.size());
-    extra_symbols_.emplace(std::string(s), id);
-    return id;
-  };
 
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -372,14 +416,74 @@ void Vocab::build_merges(const std::vector<std::string>& merges) {
   }
 }
 
-const std::string& Vocab::text(int32_t id) const {
-  if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
-  return tokens_[id];
+// --- string index ---------------------------------------------------------------------------
+
+namespace {
+inline uint64_t string_hash(std::string_view s) { return mix64(std::hash<std::string_view>{}(s)); }
+}  // namespace
+
+int32_t Vocab::index_find(std::string_view s) const {
+  const uint64_t h = string_hash(s);
+  const uint64_t tag = h >> 32;
+  for (uint64_t i = h & index_mask_;; i = (i + 1) & index_mask_) {
+    const uint64_t slot = index_[i];
+    if (slot == 0) return kNoToken;
+    if ((slot >> 32) == tag) {
+      const int32_t sym = static_cast<int32_t>((slot & 0xFFFFFFFFu) - 1);
+      if (symbol_text(sym) == s) return sym;
+    }
+  }
 }
 
-const std::string& Vocab::piece(int32_t id) const {
+void Vocab::index_insert(int32_t sym) {
+  if (2 * (index_used_ + 1) > index_.size()) {  // keep the load factor under 1/2
+    std::vector<uint64_t> old;
+    old.swap(index_);
+    index_.assign(old.size() * 2, 0);
+    index_mask_ = index_.size() - 1;
+    for (uint64_t slot : old) {
+      if (slot == 0) continue;
+      const uint64_t h = string_hash(symbol_text(static_cast<int32_t>((slot & 0xFFFFFFFFu) - 1)));
+      uint64_t i = h & index_mask_;
+      while (index_[i] != 0) i = (i + 1) & index_mask_;
+      index_[i] = slot;
+    }
+  }
+  const uint64_t h = string_hash(symbol_text(sym));
+  uint64_t i = h & index_mask_;
+  while (index_[i] != 0) i = (i + 1) & index_mask_;
+  index_[i] = ((h >> 32) << 32) | (static_cast<uint64_t>(sym) + 1);
+  ++index_used_;
+}
+
+int32_t Vocab::intern(std::string_view s) {
+  const int32_t found = index_find(s);
+  if (found != kNoToken) return found;
+  if (pool_.size() + s.size() >= UINT32_MAX / 2)
+    throw TokenizerError(source_ + ": tokenizer.ggml.merges too large");
+  const int32_t sym = static_cast<int32_t>(offsets_.size() - 1);
+  pool_ += s;
+  offsets_.push_back(static_cast<uint32_t>(pool_.size()));
+  index_insert(sym);
+  return sym;
+}
+
+int32_t Vocab::token_with_text(std::string_view s) const {
+  const int32_t sym = index_find(s);
+  return sym < n_tokens_ ? sym : kNoToken;
+}
+
+// --- accessors ------------------------------------------------------------------------------
+
+std::string_view Vocab::text(int32_t id) const {
   if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
-  return pieces_[id];
+  return symbol_text(id);
+}
+
+std::string_view Vocab::piece(int32_t id) const {
+  if (!valid(id)) throw TokenizerError(source_ + ": token id " + std::to_string(id) + " out of range");
+  return std::string_view(piece_pool_)
+      .substr(piece_offsets_[id], piece_offsets_[id + 1] - piece_offsets_[id]);
 }
 
 TokenType Vocab::type(int32_t id) const {
@@ -393,17 +497,12 @@ uint32_t Vocab::attrs(int32_t id) const {
 }
 
 std::optional<int32_t> Vocab::find(std::string_view text) const {
-  auto it = token_ids_.find(text);
-  if (it == token_ids_.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = token_with_text(text);
+  if (id == kNoToken) return std::nullopt;
+  return id;
 }
 
-int32_t Vocab::symbol(std::string_view s) const {
-  if (auto it = token_ids_.find(s); it != token_ids_.end()) return it->second;
-  if (extra_symbols_.empty()) return kNoToken;
-  auto it = extra_symbols_.find(std::string(s));
-  return it == extra_symbols_.end() ? kNoToken : it->second;
-}
+int32_t Vocab::symbol(std::string_view s) const { return index_find(s); }
 
 std::optional<Merge> Vocab::merge(int32_t left, int32_t right) const {
   if (left < 0 || right < 0) return std::nullopt;

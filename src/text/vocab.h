@@ -52,10 +52,10 @@ constexpr int32_t kNoToken = -1;
 // Special ids as given by the file's keys (kNoToken when absent or out of range). EOT, EOM and the
 // FIM ids may also be detected by token text at load time.
 struct SpecialIds {
-  int32_t bos = kNoToken, eos = kNoToken, unk = kNoToken, sep = kNoToken, pad = kNoToken,
-          mask = kNoToken, eot = kNoToken, eom = kNoToken;
-  int32_t fim_pre = kNoToken, fim_suf = kNoToken, fim_mid = kNoToken, fim_pad = kNoToken,
-          fim_rep = kNoToken, fim_sep = kNoToken;
+  int32_t bos = kNoToken, eos = kNoToken, unk = kNoToken, sep = kNoToken, pad = kNoToken, mask = kNoToken,
+          eot = kNoToken, eom = kNoToken;
+  int32_t fim_pre = kNoToken, fim_suf = kNoToken, fim_mid = kNoToken, fim_pad = kNoToken, fim_rep = kNoToken,
+          fim_sep = kNoToken;
 };
 
 // The vocabulary in file form: what `from_gguf` reads, or what a test builds by hand.
