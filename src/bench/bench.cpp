@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kernels/cpu_features.h"
+#include "kernels/peaks.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/generator.h"
@@ -100,6 +101,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-o,--output", "FMT", "md | json", "md");
   a.value("--svg", "FILE", "write a bar chart of t/s per test and variant");
   a.value("--seed", "N", "seed of the generated model and prompts", "42");
+  a.flag("--roofline", "measure this machine's int8/bf16/fp32 peaks and read bandwidth; report fractions");
   declare_thread_flag(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
@@ -162,6 +164,14 @@ int cmd_bench(int argc, char** argv, int first) {
                std::chrono::duration<double>(Clock::now() - t_load).count(), pc.params / 1e9,
                human_bytes(double(pc.bytes)).c_str(), n_threads, isa_name(active_isa()));
 
+  MachinePeaks peaks;
+  if (a.on("--roofline")) {
+    std::fprintf(stderr, "bench: measuring machine peaks...\n");
+    peaks = measure_peaks(&pool);
+    std::fprintf(stderr, "bench: peaks: int8 %.0f GMAC/s, bf16 %.0f GMAC/s, fp32 %.0f GMAC/s, read %.1f GB/s\n",
+                 peaks.int8_gmacs, peaks.bf16_gmacs, peaks.fp32_gflops, peaks.read_gbs);
+  }
+
   int max_ctx = 1;
   for (const auto& t : tests) max_ctx = std::max(max_ctx, t.n_depth + t.n_prompt + t.n_gen + 1);
   KvCache kv(model->config, max_ctx, 1, ubatch, kv_type);
@@ -202,6 +212,7 @@ int cmd_bench(int argc, char** argv, int first) {
       r.n_threads = n_threads, r.n_ubatch = ubatch;
       for (size_t i = 0; i < switches.size(); ++i) r.switches.push_back({switches[i].name, variant[i]});
       double flops = 0, tokens = 0, secs_total = 0;
+      double mm_macs = 0, mm_secs = 0, gen_bytes = 0, gen_secs = 0;
       for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
         kv.clear_all();
         ForwardOutputs out;
@@ -219,6 +230,7 @@ int cmd_bench(int argc, char** argv, int first) {
         const auto t0 = Clock::now();
         int pos = test.n_depth;
         int32_t last = 2;
+        double prompt_macs = 0, prompt_mm_secs = 0;
         if (n_prompt > 0) {
           const auto prompt = random_tokens(n_prompt, V, seed + 11 + uint64_t(rep + 1));
           Batch b;
@@ -227,7 +239,11 @@ int cmd_bench(int argc, char** argv, int first) {
           fwd.run(b, kv, out);
           pos += n_prompt;
           last = prompt.back();
+          prompt_macs = fwd.stats.matmul_macs;
+          prompt_mm_secs = fwd.stats.matmul_seconds;
         }
+        const double gen_bytes0 = fwd.stats.weight_bytes;
+        const auto t_gen = Clock::now();
         for (int g = 0; g < n_gen; ++g) {
           out.clear();
           fwd.run({{last, pos, 0, true, false}}, kv, out);
@@ -236,7 +252,10 @@ int cmd_bench(int argc, char** argv, int first) {
           pos++;
         }
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        const double gsecs = std::chrono::duration<double>(Clock::now() - t_gen).count();
         if (warm) continue;
+        mm_macs += prompt_macs, mm_secs += prompt_mm_secs;
+        if (n_gen > 0) gen_bytes += fwd.stats.weight_bytes - gen_bytes0, gen_secs += gsecs;
         const double n_tok = n_prompt + n_gen;
         r.samples_ts.push_back(n_tok / secs);
         flops += 2.0 * (fwd.stats.matmul_macs + fwd.stats.attention_macs);
@@ -250,6 +269,14 @@ int cmd_bench(int argc, char** argv, int first) {
       r.finish();
       r.flops_per_token = tokens > 0 ? flops / tokens : 0;
       r.gflops = secs_total > 0 ? flops / secs_total / 1e9 : 0;
+      if (mm_secs > 0) {
+        r.extra["prompt_gemm_gmacs"] = mm_macs / mm_secs / 1e9;
+        if (peaks.int8_gmacs > 0) r.extra["prompt_gemm_int8_peak_frac"] = mm_macs / mm_secs / 1e9 / peaks.int8_gmacs;
+      }
+      if (gen_secs > 0) {
+        r.extra["decode_weight_gbs"] = gen_bytes / gen_secs / 1e9;
+        if (peaks.read_gbs > 0) r.extra["decode_bandwidth_frac"] = gen_bytes / gen_secs / 1e9 / peaks.read_gbs;
+      }
       results.push_back(r);
     }
   }
@@ -262,6 +289,19 @@ int cmd_bench(int argc, char** argv, int first) {
     for (const auto& r : results)
       std::printf("plan: %s %s: %.3f GFLOP per token\n", r.test.c_str(),
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
+    if (a.on("--roofline")) {
+      std::printf("\nroofline (peaks: int8 %.0f GMAC/s, read %.1f GB/s):\n", peaks.int8_gmacs, peaks.read_gbs);
+      std::printf("| test | variant | prompt GEMM GMAC/s | of int8 peak | decode weight GB/s | of read bandwidth |\n|---|---|---:|---:|---:|---:|\n");
+      for (const auto& r : results) {
+        auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
+        std::string variant;
+        for (const auto& [k, v] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + v;
+        auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
+        std::printf("| %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(), cell(get("prompt_gemm_gmacs"), "%.1f").c_str(),
+                    cell(get("prompt_gemm_int8_peak_frac") * 100, "%.1f %%").c_str(), cell(get("decode_weight_gbs"), "%.2f").c_str(),
+                    cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str());
+      }
+    }
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells)\n", human_bytes(double(peak_rss_bytes())).c_str(),
                 human_bytes(double(kv.bytes())).c_str(), kv_type_name(kv_type), max_ctx);
   }

@@ -6,6 +6,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -44,8 +45,11 @@ Forward::Forward(const Model& model, ThreadPool* pool)
 
 void Forward::matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy) {
   if (rows <= 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
   gem4::matmul(w, x, rows, ldx, y, ldy, pool_);
+  stats.matmul_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.matmul_macs += double(w.in) * double(w.out) * rows;
+  stats.weight_bytes += double(w.row_bytes) * double(w.out);
 }
 
 void Forward::rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy) {

@@ -27,6 +27,8 @@ struct ForwardOutputs {
 // Work done, for `gem4 bench` (FLOPs per token of the plan that ran).
 struct ForwardStats {
   double matmul_macs = 0;
+  double matmul_seconds = 0;   // wall time inside matrix products
+  double weight_bytes = 0;     // weight bytes the matrix products streamed
   double attention_macs = 0;
   int64_t rows = 0;        // rows entering layer 0
   int64_t tail_rows = 0;   // rows that went through the KV-shared tail
