@@ -1,10 +1,12 @@
 // Tests of the matrix products (kernels/matmul.h) on every ISA this CPU has: the fast paths against
 // references computed here in double precision.
-//  * For the 8-bit-activation types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against a reference that quantizes
+//  * For the legacy quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against a reference that quantizes
 //    the activations the way llama.cpp does on x86 (q8_0 / q8_1) and multiplies integers: agreement to
 //    float rounding (~1e-5 relative). Also against the exact product, within the bound that activation
 //    quantization implies.
-//  * For F32, F16, BF16 and the K-quants against the exact product of the dequantized weights.
+//  * For the K-quants (which a fast path may also multiply with 8-bit activations) against the exact
+//    product within that bound.
+//  * For F32, F16, BF16 against the exact product of the dequantized weights, to float rounding.
 #include "kernels/matmul.h"
 
 #include <gtest/gtest.h>
@@ -29,10 +31,12 @@ const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, Gg
                               GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
+// Types whose fast path must reproduce llama.cpp's 8-bit activation arithmetic.
 bool is_int8_activation_type(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 ||
          t == GgmlType::Q5_1;
 }
+bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
 
 // Restores automatic ISA selection when a test ends.
 struct IsaOverride {
@@ -90,11 +94,30 @@ std::vector<float> make_activations(int64_t rows, int64_t in, int64_t ldx, uint3
 struct Reference {
   std::vector<double> value;  // rows x out
   std::vector<double> scale;  // sum of |terms|: the size rounding errors are measured against
-  std::vector<double> quant_bound;  // for int8 types vs the exact product: what activation quantization allows
+  std::vector<double>
+      quant_bound;  // for int8 types vs the exact product: what activation quantization allows
 };
 
 void decode_int_block(const Weights& w, int64_t o, int64_t b, int* q, double* d, double* m);
-bool is_int8_activation_type(GgmlType t);
+
+// The additive min of 32-element block b of row o (weight = scale * level + min), 0 for types without.
+double block_min(const Weights& w, int64_t o, int64_t b) {
+  if (is_int8_activation_type(w.type)) {
+    int q[32];
+    double d, m;
+    decode_int_block(w, o, b, q, &d, &m);
+    return m;
+  }
+  if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) {
+    // Both start with d, dmin, scales[12]: min of sub-block j is -(dmin * min_j).
+    const auto* blk = reinterpret_cast<const BlockQ4_K*>(w.data.data() + o * w.row_bytes +
+                                                         (b / 8) * ggml_row_bytes(w.type, kQKK));
+    uint8_t sc, mn;
+    k_quant_scale_min(static_cast<int>(b % 8), blk->scales, &sc, &mn);
+    return -static_cast<double>(fp16_to_fp32(blk->dmin)) * mn;
+  }
+  return 0;
+}
 
 // Exact product of the dequantized weights, in double.
 Reference exact_reference(const Weights& w, const std::vector<float>& x, int64_t rows, int64_t ldx) {
@@ -102,18 +125,13 @@ Reference exact_reference(const Weights& w, const std::vector<float>& x, int64_t
   ref.value.resize(rows * w.out);
   ref.scale.resize(rows * w.out);
   ref.quant_bound.resize(rows * w.out);
-  const bool int8 = is_int8_activation_type(w.type);
+  const bool quantized = is_int8_activation_type(w.type) || is_k_quant(w.type);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < w.out; ++o) {
       double v = 0, s = 0, qb = 0;
       for (int64_t b = 0; b < w.in; b += kQK) {
         const int64_t end = std::min(w.in, b + kQK);
-        double m = 0;
-        if (int8) {
-          int q[32];
-          double d;
-          decode_int_block(w, o, b / kQK, q, &d, &m);
-        }
+        const double m = quantized ? block_min(w, o, b / kQK) : 0.0;
         double amax = 0, wabs = 0;
         for (int64_t i = b; i < end; ++i) {
           const double wi = w.deq[o * w.in + i], xi = x[r * ldx + i];
@@ -124,7 +142,8 @@ Reference exact_reference(const Weights& w, const std::vector<float>& x, int64_t
         }
         // Activation quantization moves each x by at most amax/254, plus |q| * d * 2^-11 <= amax * 2^-11
         // from the fp16 scale; a min also meets s = fp16(d * sum q), off by <= 2^-11 * 32 * amax.
-        qb += wabs * amax * (0.5 / 127 + std::ldexp(1.0, -11)) + std::fabs(m) * 32 * amax * std::ldexp(1.01, -11);
+        qb += wabs * amax * (0.5 / 127 + std::ldexp(1.0, -11)) +
+              std::fabs(m) * 32 * amax * std::ldexp(1.01, -11);
       }
       ref.value[r * w.out + o] = v;
       ref.scale[r * w.out + o] = s;
@@ -177,7 +196,8 @@ void decode_int_block(const Weights& w, int64_t o, int64_t b, int* q, double* d,
       for (int i = 0; i < 32; ++i) q[i] = nibble(p->qs, i) | bit4(p->qh, i);
       break;
     }
-    default: FAIL() << "not an int8 type";
+    default:
+      FAIL() << "not an int8 type";
   }
 }
 
@@ -207,7 +227,8 @@ Reference q8_reference(const Weights& w, const std::vector<float>& x, int64_t ro
   std::vector<double> xd(rows * nb), xs(rows * nb);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < nb; ++b)
-      quantize_activation_block(&x[r * ldx + b * kQK], &xq[r * w.in + b * kQK], &xd[r * nb + b], &xs[r * nb + b]);
+      quantize_activation_block(&x[r * ldx + b * kQK], &xq[r * w.in + b * kQK], &xd[r * nb + b],
+                                &xs[r * nb + b]);
   for (int64_t o = 0; o < w.out; ++o) {
     for (int64_t b = 0; b < nb; ++b) {
       int wq[32];
@@ -254,15 +275,16 @@ constexpr float kSentinel = 12345.0f;
     for (int64_t o = 0; o < c.ldy; ++o) {
       const float got = y[r * c.ldy + o];
       if (o >= c.out) {
-        if (got != kSentinel) return ::testing::AssertionFailure() << "wrote padding y[" << r << "][" << o << "]";
+        if (got != kSentinel)
+          return ::testing::AssertionFailure() << "wrote padding y[" << r << "][" << o << "]";
         continue;
       }
       const double want = ref.value[r * c.out + o];
       double tol = rel * ref.scale[r * c.out + o] + 1e-6;
       if (with_quant_bound) tol += ref.quant_bound[r * c.out + o];
       if (!(std::fabs(got - want) <= tol)) {
-        return ::testing::AssertionFailure() << "y[" << r << "][" << o << "] = " << got << ", expected " << want
-                                             << " +- " << tol;
+        return ::testing::AssertionFailure()
+               << "y[" << r << "][" << o << "] = " << got << ", expected " << want << " +- " << tol;
       }
     }
   }
@@ -285,7 +307,11 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool}) {
       if (int8) {
         EXPECT_TRUE(check_fast_path(c, w, x, q8, 2e-5, false, p)) << c.describe(isa, p) << " vs q8 reference";
-        EXPECT_TRUE(check_fast_path(c, w, x, exact, 2e-5, true, p)) << c.describe(isa, p) << " vs exact product";
+        EXPECT_TRUE(check_fast_path(c, w, x, exact, 2e-5, true, p))
+            << c.describe(isa, p) << " vs exact product";
+      } else if (is_k_quant(c.type)) {
+        EXPECT_TRUE(check_fast_path(c, w, x, exact, 2e-5, true, p))
+            << c.describe(isa, p) << " vs exact product";
       } else {
         EXPECT_TRUE(check_fast_path(c, w, x, exact, 1e-5, false, p)) << c.describe(isa, p);
       }
@@ -354,10 +380,11 @@ TEST(Matmul, ContiguousStridesAndManyPanels) {
 }
 
 // With one-hot activations each output is a single weight, so the fast path's f32 conversion of the
-// weights must reproduce the reference dequantization bit for bit.
+// weights must reproduce the reference dequantization bit for bit. (Quantized types may go through 8-bit
+// activations, where the product is rounded differently; the sweeps above bound those.)
 TEST(Matmul, FastPathDequantizationIsExact) {
   const auto isas = available_isas();
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     const int64_t in = 256, out = 37;
     const Weights w = make_weights(t, out, in, 99);
     for (int64_t rows : {int64_t{4}, in}) {  // streaming kernel, then the GEMM kernel
@@ -370,9 +397,31 @@ TEST(Matmul, FastPathDequantizationIsExact) {
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t j = 0; j < out; ++j) {
             ASSERT_EQ(y[r * out + j], w.deq[j * in + (r * 37) % in])
-                << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows << " r=" << r << " o=" << j;
+                << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows << " r=" << r
+                << " o=" << j;
           }
         }
+      }
+    }
+  }
+}
+
+// Threads split whole outputs, so a pool must not change a single bit of the result.
+TEST(Matmul, ThreadPoolDoesNotChangeResults) {
+  const auto isas = available_isas();
+  ThreadPool pool(2);
+  for (GgmlType t : kAllTypes) {
+    const int64_t in = ggml_block_elems(t) == 1 ? 80 : 2 * ggml_block_elems(t);
+    const Weights w = make_weights(t, 70, in, 21);
+    for (int64_t rows : {1, 3, 7, 50}) {
+      const auto x = make_activations(rows, in, in, 2);
+      for (Isa isa : isas) {
+        IsaOverride o(isa);
+        std::vector<float> serial(rows * 70), pooled(rows * 70);
+        matmul(w.view(), x.data(), rows, in, serial.data(), 70, nullptr);
+        matmul(w.view(), x.data(), rows, in, pooled.data(), 70, &pool);
+        ASSERT_EQ(0, std::memcmp(serial.data(), pooled.data(), serial.size() * sizeof(float)))
+            << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows;
       }
     }
   }
@@ -381,14 +430,16 @@ TEST(Matmul, FastPathDequantizationIsExact) {
 TEST(Matmul, PaddedWeightRows) {
   const auto isas = available_isas();
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::F16, GgmlType::Q6_K}) {
-    const int64_t in = ggml_block_elems(t) == 1 ? 64 : 2 * ggml_block_elems(t) * (ggml_block_elems(t) == kQK ? 4 : 1);
+    const int64_t in =
+        ggml_block_elems(t) == 1 ? 64 : 2 * ggml_block_elems(t) * (ggml_block_elems(t) == kQK ? 4 : 1);
     const Weights w = make_weights(t, 40, in, 3, /*pad=*/32);
     for (int64_t rows : {1, 20}) {
       const auto x = make_activations(rows, in, in, 8);
-      const Reference ref = is_int8_activation_type(t) ? q8_reference(w, x, rows, in) : exact_reference(w, x, rows, in);
+      const Reference ref =
+          is_int8_activation_type(t) ? q8_reference(w, x, rows, in) : exact_reference(w, x, rows, in);
       for (Isa isa : isas) {
         IsaOverride o(isa);
-        EXPECT_TRUE(check_fast_path({t, rows, 40, in, in, 40}, w, x, ref, 2e-5, false, nullptr))
+        EXPECT_TRUE(check_fast_path({t, rows, 40, in, in, 40}, w, x, ref, 2e-5, is_k_quant(t), nullptr))
             << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows;
       }
     }

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "gguf/gguf.h"
 #include "tensor/blocks.h"
 
 #if defined(__F16C__)
@@ -43,9 +45,9 @@ TEST(Fp16, KnownValues) {
   EXPECT_EQ(fp32_to_fp16(1.0f), 0x3C00);
   EXPECT_EQ(fp32_to_fp16(-2.0f), 0xC000);
   EXPECT_EQ(fp32_to_fp16(0.5f), 0x3800);
-  EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7BFF);           // largest half
-  EXPECT_EQ(fp32_to_fp16(65519.0f), 0x7BFF);           // below the midpoint to 65536
-  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);           // midpoint, ties to even = infinity
+  EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7BFF);  // largest half
+  EXPECT_EQ(fp32_to_fp16(65519.0f), 0x7BFF);  // below the midpoint to 65536
+  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);  // midpoint, ties to even = infinity
   EXPECT_EQ(fp32_to_fp16(1e10f), 0x7C00);
   EXPECT_EQ(fp32_to_fp16(std::numeric_limits<float>::infinity()), 0x7C00);
   EXPECT_EQ(fp32_to_fp16(-std::numeric_limits<float>::infinity()), 0xFC00);
@@ -64,9 +66,9 @@ TEST(Fp16, KnownValues) {
   // Subnormals: 2^-24 is the smallest half; 2^-25 is a tie between 0 and it (even: 0).
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);
-  EXPECT_EQ(fp32_to_fp16(3 * std::ldexp(1.0f, -25)), 0x0002);  // 1.5 units: to even 2
-  EXPECT_EQ(fp32_to_fp16(5 * std::ldexp(1.0f, -25)), 0x0002);  // 2.5 units: to even 2
-  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -14)), 0x0400);       // smallest normal
+  EXPECT_EQ(fp32_to_fp16(3 * std::ldexp(1.0f, -25)), 0x0002);                      // 1.5 units: to even 2
+  EXPECT_EQ(fp32_to_fp16(5 * std::ldexp(1.0f, -25)), 0x0002);                      // 2.5 units: to even 2
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -14)), 0x0400);                          // smallest normal
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -26)), 0x0400);  // rounds up to normal
   EXPECT_EQ(fp32_to_fp16(-std::ldexp(1.0f, -24)), 0x8001);
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -30)), 0x0000);
@@ -132,9 +134,9 @@ TEST(Bf16, KnownValues) {
   EXPECT_EQ(fp32_to_bf16(std::numeric_limits<float>::infinity()), 0x7F80);
   EXPECT_EQ(fp32_to_bf16(-std::numeric_limits<float>::infinity()), 0xFF80);
   EXPECT_EQ(fp32_to_bf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds to infinity
-  EXPECT_EQ(fp32_to_bf16(float_of(0x00010000u)), 0x0001);               // subnormal, exact
-  EXPECT_EQ(fp32_to_bf16(float_of(0x00018000u)), 0x0002);               // subnormal tie to even
-  const uint16_t nan = fp32_to_bf16(float_of(0x7F800001u));              // nan with low payload only
+  EXPECT_EQ(fp32_to_bf16(float_of(0x00010000u)), 0x0001);              // subnormal, exact
+  EXPECT_EQ(fp32_to_bf16(float_of(0x00018000u)), 0x0002);              // subnormal tie to even
+  const uint16_t nan = fp32_to_bf16(float_of(0x7F800001u));            // nan with low payload only
   EXPECT_EQ(nan & 0x7F80, 0x7F80);
   EXPECT_NE(nan & 0x007F, 0);
   EXPECT_EQ(bf16_to_fp32(0x3F80), 1.0f);
@@ -162,8 +164,8 @@ TEST(Layout, Q4_0) {
   for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
   const auto y = dequant_one(GgmlType::Q4_0, b, 32);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(y[j], j - 8) << j;         // low nibbles: elements 0..15
-    EXPECT_EQ(y[j + 16], 7 - j) << j;    // high nibbles: elements 16..31
+    EXPECT_EQ(y[j], j - 8) << j;       // low nibbles: elements 0..15
+    EXPECT_EQ(y[j + 16], 7 - j) << j;  // high nibbles: elements 16..31
   }
 }
 
@@ -235,8 +237,10 @@ TEST(Layout, Q4_K) {
     // Element e: chunk c = e / 64 uses bytes qs[32c ..]; the first 32 of the chunk in low nibbles.
     const int c = e / 64, within = e % 64;
     uint8_t& byte = b.qs[32 * c + within % 32];
-    if (within < 32) byte = static_cast<uint8_t>((byte & 0xF0) | level(e));
-    else byte = static_cast<uint8_t>((byte & 0x0F) | (level(e) << 4));
+    if (within < 32)
+      byte = static_cast<uint8_t>((byte & 0xF0) | level(e));
+    else
+      byte = static_cast<uint8_t>((byte & 0x0F) | (level(e) << 4));
   }
   const auto y = dequant_one(GgmlType::Q4_K, b, 256);
   for (int e = 0; e < 256; ++e) {
@@ -257,8 +261,10 @@ TEST(Layout, Q5_K) {
   for (int e = 0; e < 256; ++e) {
     const int c = e / 64, within = e % 64, l = within % 32;
     uint8_t& byte = b.qs[32 * c + l];
-    if (within < 32) byte = static_cast<uint8_t>((byte & 0xF0) | (level(e) & 0xF));
-    else byte = static_cast<uint8_t>((byte & 0x0F) | ((level(e) & 0xF) << 4));
+    if (within < 32)
+      byte = static_cast<uint8_t>((byte & 0xF0) | (level(e) & 0xF));
+    else
+      byte = static_cast<uint8_t>((byte & 0x0F) | ((level(e) & 0xF) << 4));
     // Bit 4: bit 2c of qh[l] for the first 32 of chunk c, bit 2c+1 for the second 32.
     if (level(e) & 16) b.qh[l] |= static_cast<uint8_t>(1 << (2 * c + (within < 32 ? 0 : 1)));
   }
@@ -277,11 +283,14 @@ TEST(Layout, Q6_K) {
   auto level = [](int e) { return (e * 13 + 1) % 64; };  // stored 6-bit value, weight uses level - 32
   for (int e = 0; e < 256; ++e) {
     // Half h of 128; within it quarter q = pos / 32 and l = pos % 32: quarters 0/1 are low nibbles of
-    // ql[l] / ql[l + 32], quarters 2/3 high nibbles of the same; the two high bits are bits 2q, 2q+1 of qh[l].
+    // ql[l] / ql[l + 32], quarters 2/3 high nibbles of the same; the two high bits are bits 2q, 2q+1 of
+    // qh[l].
     const int h = e / 128, pos = e % 128, q = pos / 32, l = pos % 32;
     uint8_t& lo = b.ql[64 * h + l + (q % 2) * 32];
-    if (q < 2) lo = static_cast<uint8_t>((lo & 0xF0) | (level(e) & 0xF));
-    else lo = static_cast<uint8_t>((lo & 0x0F) | ((level(e) & 0xF) << 4));
+    if (q < 2)
+      lo = static_cast<uint8_t>((lo & 0xF0) | (level(e) & 0xF));
+    else
+      lo = static_cast<uint8_t>((lo & 0x0F) | ((level(e) & 0xF) << 4));
     b.qh[32 * h + l] |= static_cast<uint8_t>((level(e) >> 4) << (2 * q));
   }
   const auto y = dequant_one(GgmlType::Q6_K, b, 256);
@@ -366,14 +375,15 @@ TEST_P(RoundTrip, RelativeRmsErrorIsBounded) {
 }
 
 // Bounds: about 1.25x what these quantizers reach on this data (ggml's reach about the same).
-INSTANTIATE_TEST_SUITE_P(AllTypes, RoundTrip,
-                         ::testing::Values(ErrorBound{GgmlType::F32, 0.0}, ErrorBound{GgmlType::F16, 3e-4},
-                                           ErrorBound{GgmlType::BF16, 2.2e-3}, ErrorBound{GgmlType::Q8_0, 0.007},
-                                           ErrorBound{GgmlType::Q4_0, 0.11}, ErrorBound{GgmlType::Q4_1, 0.097},
-                                           ErrorBound{GgmlType::Q5_0, 0.055}, ErrorBound{GgmlType::Q5_1, 0.048},
-                                           ErrorBound{GgmlType::Q4_K, 0.09}, ErrorBound{GgmlType::Q5_K, 0.045},
-                                           ErrorBound{GgmlType::Q6_K, 0.022}),
-                         [](const auto& info) { return std::string(ggml_type_name(info.param.type)); });
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, RoundTrip,
+    ::testing::Values(ErrorBound{GgmlType::F32, 0.0}, ErrorBound{GgmlType::F16, 3e-4},
+                      ErrorBound{GgmlType::BF16, 2.2e-3}, ErrorBound{GgmlType::Q8_0, 0.007},
+                      ErrorBound{GgmlType::Q4_0, 0.11}, ErrorBound{GgmlType::Q4_1, 0.097},
+                      ErrorBound{GgmlType::Q5_0, 0.055}, ErrorBound{GgmlType::Q5_1, 0.048},
+                      ErrorBound{GgmlType::Q4_K, 0.09}, ErrorBound{GgmlType::Q5_K, 0.045},
+                      ErrorBound{GgmlType::Q6_K, 0.022}),
+    [](const auto& info) { return std::string(ggml_type_name(info.param.type)); });
 
 TEST(Quantize, ZeroRowsStayZero) {
   for (GgmlType t : kAllTypes) {
@@ -402,6 +412,46 @@ TEST(Quantize, RoundTripIsStable) {
     dequantize_row(t, q.data(), z.data(), n);
     for (int i = 0; i < n; ++i) ASSERT_NEAR(z[i], y[i], 1e-6f * std::fabs(y[i]) + 1e-7f) << ggml_type_name(t);
   }
+}
+
+// ---------------------------------------------------------------------------------- llama.cpp golden
+
+// gemma4-tiny-q8_0.gguf is gemma4-tiny-f32.gguf put through `llama-quantize ... Q8_0` (see the manifest),
+// i.e. ggml's reference quantizer: ours must reproduce every Q8_0 byte from the f32 weights, and
+// dequantizing must give back values within half a step plus the fp16 rounding of the scale
+// (|q| <= 127 times up to 2^-11 relative).
+TEST(LlamaCppGolden, Q8_0BytesMatchLlamaQuantize) {
+  const std::string dir = std::string(GEM4_SOURCE_DIR) + "/../shared/testdata/llamacpp-ref/";
+  const auto f32 = gguf::GgufFile::open(dir + "gemma4-tiny-f32.gguf");
+  const auto q8 = gguf::GgufFile::open(dir + "gemma4-tiny-q8_0.gguf");
+  int checked = 0;
+  for (const gguf::TensorInfo& t : q8->tensors()) {
+    if (t.type != GgmlType::Q8_0) continue;
+    const gguf::TensorInfo* src = f32->find_tensor(t.name);
+    ASSERT_NE(src, nullptr) << t.name;
+    ASSERT_EQ(src->type, GgmlType::F32) << t.name;
+    ASSERT_EQ(src->n_elements(), t.n_elements()) << t.name;
+    const int64_t n = t.ne[0], rows = t.n_elements() / n;
+    const size_t row_bytes = ggml_row_bytes(GgmlType::Q8_0, n);
+    ASSERT_EQ(t.nbytes, row_bytes * rows) << t.name;
+    const auto* x = reinterpret_cast<const float*>(f32->tensor_data(*src));
+    const uint8_t* want = q8->tensor_data(t);
+    std::vector<uint8_t> mine(row_bytes);
+    std::vector<float> back(n);
+    for (int64_t r = 0; r < rows; ++r) {
+      quantize_row(GgmlType::Q8_0, x + r * n, mine.data(), n);
+      ASSERT_EQ(0, std::memcmp(mine.data(), want + r * row_bytes, row_bytes)) << t.name << " row " << r;
+      dequantize_row(GgmlType::Q8_0, want + r * row_bytes, back.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(want + r * row_bytes) + i / kQK;
+        const float d = fp16_to_fp32(blk->d);
+        ASSERT_LE(std::fabs(back[i] - x[r * n + i]), (0.5f + 127 * std::ldexp(1.0f, -11)) * d * 1.01f + 1e-7f)
+            << t.name << " row " << r << " col " << i;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);  // every 2-D weight of the model
 }
 
 // ---------------------------------------------------------------------------------- errors

@@ -35,7 +35,7 @@ CpuFeatures detect() {
   const bool f16c = (c >> 29) & 1;
   if (!osxsave || !avx) return f;
   const uint64_t xcr0 = read_xcr0();
-  const bool os_avx = (xcr0 & 0x6) == 0x6;             // SSE (bit 1) + AVX upper halves (bit 2)
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                 // SSE (bit 1) + AVX upper halves (bit 2)
   const bool os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM0-15 upper, ZMM16-31
   if (!os_avx || max_leaf < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
@@ -62,7 +62,8 @@ CpuFeatures detect() { return CpuFeatures{}; }
 #endif
 
 Isa best_supported(const CpuFeatures& f) {
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c) return Isa::Avx512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c)
+    return Isa::Avx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Scalar;
 }
@@ -72,9 +73,12 @@ Isa from_environment(Isa best) {
   const char* env = std::getenv("GEM4_ISA");
   if (!env) return best;
   Isa wanted = best;
-  if (std::strcmp(env, "scalar") == 0) wanted = Isa::Scalar;
-  else if (std::strcmp(env, "avx2") == 0) wanted = Isa::Avx2;
-  else if (std::strcmp(env, "avx512") == 0) wanted = Isa::Avx512;
+  if (std::strcmp(env, "scalar") == 0)
+    wanted = Isa::Scalar;
+  else if (std::strcmp(env, "avx2") == 0)
+    wanted = Isa::Avx2;
+  else if (std::strcmp(env, "avx512") == 0)
+    wanted = Isa::Avx512;
   return wanted < best ? wanted : best;
 }
 
@@ -104,9 +108,12 @@ void clear_isa_override() { g_override.store(kNoOverride, std::memory_order_rela
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "unknown";
 }

@@ -37,13 +37,14 @@ void matrix_get_row(const MatrixView& w, int64_t o, float* dst) {
     throw std::out_of_range("matrix_get_row: row " + std::to_string(o) + " of a matrix with " +
                             std::to_string(w.out) + " rows");
   }
-  dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes, dst, w.in);
+  dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes, dst,
+                 w.in);
 }
 
 namespace {
 
-void check_args(const char* fn, const MatrixView& w, const float* x, int64_t rows, int64_t ldx, const float* y,
-                int64_t ldy) {
+void check_args(const char* fn, const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
+                const float* y, int64_t ldy) {
   const std::string where = std::string(fn) + " (" + ggml_type_name(w.type) + " " + std::to_string(w.out) +
                             " x " + std::to_string(w.in) + ", " + std::to_string(rows) + " rows): ";
   if (!is_supported_weight_type(w.type)) {
@@ -51,7 +52,8 @@ void check_args(const char* fn, const MatrixView& w, const float* x, int64_t row
   }
   const int64_t be = ggml_block_elems(w.type);
   if (w.in <= 0 || w.in % be != 0) {
-    throw std::invalid_argument(where + "in must be a positive multiple of the block size " + std::to_string(be));
+    throw std::invalid_argument(where + "in must be a positive multiple of the block size " +
+                                std::to_string(be));
   }
   if (w.out < 0 || rows < 0) throw std::invalid_argument(where + "negative dimension");
   if (w.row_bytes < ggml_row_bytes(w.type, w.in)) {
@@ -88,9 +90,12 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
   check_args("matmul", w, x, rows, ldx, y, ldy);
   if (rows == 0 || w.out == 0) return;
   switch (active_isa()) {
-    case Isa::Avx512: return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);
-    case Isa::Avx2: return matmul_detail::matmul_avx2(w, x, rows, ldx, y, ldy, pool);
-    case Isa::Scalar: break;
+    case Isa::Avx512:
+      return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);
+    case Isa::Avx2:
+      return matmul_detail::matmul_avx2(w, x, rows, ldx, y, ldy, pool);
+    case Isa::Scalar:
+      break;
   }
   matmul_detail::matmul_scalar(w, x, rows, ldx, y, ldy, pool);
 }
@@ -104,12 +109,18 @@ bool is_int8_type(GgmlType t) {
 
 Int8Format int8_format(GgmlType t) {
   switch (t) {
-    case GgmlType::Q8_0: return {128, false};
-    case GgmlType::Q4_0: return {8, false};
-    case GgmlType::Q5_0: return {16, false};
-    case GgmlType::Q4_1: return {0, true};
-    case GgmlType::Q5_1: return {0, true};
-    default: throw std::logic_error(std::string("int8_format: not an 8-bit-activation type: ") + ggml_type_name(t));
+    case GgmlType::Q8_0:
+      return {128, false};
+    case GgmlType::Q4_0:
+      return {8, false};
+    case GgmlType::Q5_0:
+      return {16, false};
+    case GgmlType::Q4_1:
+      return {0, true};
+    case GgmlType::Q5_1:
+      return {0, true};
+    default:
+      throw std::logic_error(std::string("int8_format: not an 8-bit-activation type: ") + ggml_type_name(t));
   }
 }
 
@@ -142,9 +153,9 @@ namespace {
 // fp16, q = round-half-even(x * 127 / amax) (the inverse of the unrounded d), s = fp16(d * sum q).
 struct Q8Block {
   int8_t q[kQK];
-  float d;    // fp16-rounded scale
-  int sum;    // sum of q
-  float s;    // fp16-rounded d * sum
+  float d;  // fp16-rounded scale
+  int sum;  // sum of q
+  float s;  // fp16-rounded d * sum
 };
 
 void quantize_activation_block(const float* x, Q8Block* out) {
@@ -214,7 +225,8 @@ void decode_block(GgmlType t, const uint8_t* blk, uint8_t* u, float* d, float* m
       }
       return;
     }
-    default: throw std::logic_error("decode_block: not an 8-bit-activation type");
+    default:
+      throw std::logic_error("decode_block: not an 8-bit-activation type");
   }
 }
 

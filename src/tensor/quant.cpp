@@ -4,6 +4,15 @@
 // ggml's reference quantizers; for the K-quants the scale search is simpler than ggml's.
 #include "tensor/quant.h"
 
+// ggml computes these in a library built without FMA, so every product and sum is rounded on its own.
+// GCC would otherwise fuse d * q - m into one FMA (-ffp-contract=fast is its default in GNU mode) and
+// the last bit could differ from llama.cpp's values.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,8 +44,8 @@ const char* kSupportedList = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K
 
 [[noreturn]] void throw_unsupported(GgmlType t, const char* what) {
   throw UnsupportedType(std::string(what) + ": type " + ggml_type_name(t) + " (id " +
-                        std::to_string(static_cast<uint32_t>(t)) + ") is not supported (supported: " +
-                        kSupportedList + ")");
+                        std::to_string(static_cast<uint32_t>(t)) +
+                        ") is not supported (supported: " + kSupportedList + ")");
 }
 
 int64_t blocks_of(GgmlType t, int64_t n, const char* what) {
@@ -171,7 +180,7 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
 
 // ---------------------------------------------------------------- quantization, legacy types
 
-// Index and signed value of the element with the largest magnitude (first one on ties).
+// The signed value of the element with the largest magnitude (the first one on ties).
 float signed_absmax(const float* x, int n) {
   float amax = 0.0f, max = 0.0f;
   for (int j = 0; j < n; ++j) {
@@ -238,7 +247,8 @@ void quant_q5_0(const float* x, BlockQ5_0* b, int64_t nb) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = f2h(d);
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+    for (int j = 0; j < kQK; ++j)
+      q[j] = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
     pack_q5(q, b[i].qs, b[i].qh);
   }
 }
@@ -319,8 +329,7 @@ float fit_scale_min(const float* x, int n, int nmax, float* the_min) {
 
 // Quantizes eight sub-blocks of 32 to the shared 6-bit scale/min layout of Q4_K and Q5_K: fills d, dmin,
 // scales[12] and the integer levels L[256] in [0, nmax].
-void quant_k_scales(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales,
-                    int* L) {
+void quant_k_scales(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales, int* L) {
   float sub_scale[8], sub_min[8];
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
@@ -424,7 +433,8 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
     } else {
       const float iscale = -128.f / max_scale;
       b[i].d = f2h(1 / iscale);
-      for (int s = 0; s < 16; ++s) b[i].scales[s] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[s])));
+      for (int s = 0; s < 16; ++s)
+        b[i].scales[s] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[s])));
       for (int s = 0; s < 16; ++s) {
         const float d = h2f(b[i].d) * b[i].scales[s];
         for (int k = 0; k < 16; ++k) {
@@ -493,15 +503,24 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
       return;
     }
-    case GgmlType::Q4_0: return dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
-    case GgmlType::Q4_1: return dequant_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb);
-    case GgmlType::Q5_0: return dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
-    case GgmlType::Q5_1: return dequant_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb);
-    case GgmlType::Q8_0: return dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
-    case GgmlType::Q4_K: return dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
-    case GgmlType::Q5_K: return dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
-    case GgmlType::Q6_K: return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
-    default: throw_unsupported(t, "dequantize_row");
+    case GgmlType::Q4_0:
+      return dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
+    case GgmlType::Q4_1:
+      return dequant_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb);
+    case GgmlType::Q5_0:
+      return dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
+    case GgmlType::Q5_1:
+      return dequant_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb);
+    case GgmlType::Q8_0:
+      return dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
+    case GgmlType::Q4_K:
+      return dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
+    case GgmlType::Q5_K:
+      return dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
+    case GgmlType::Q6_K:
+      return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    default:
+      throw_unsupported(t, "dequantize_row");
   }
 }
 
@@ -522,15 +541,24 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(src[i]);
       return;
     }
-    case GgmlType::Q4_0: return quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
-    case GgmlType::Q4_1: return quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
-    case GgmlType::Q5_0: return quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
-    case GgmlType::Q5_1: return quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
-    case GgmlType::Q8_0: return quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
-    case GgmlType::Q4_K: return quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
-    case GgmlType::Q5_K: return quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
-    case GgmlType::Q6_K: return quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
-    default: throw_unsupported(t, "quantize_row");
+    case GgmlType::Q4_0:
+      return quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+    case GgmlType::Q4_1:
+      return quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
+    case GgmlType::Q5_0:
+      return quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+    case GgmlType::Q5_1:
+      return quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
+    case GgmlType::Q8_0:
+      return quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case GgmlType::Q4_K:
+      return quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
+    case GgmlType::Q5_K:
+      return quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
+    case GgmlType::Q6_K:
+      return quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
+    default:
+      throw_unsupported(t, "quantize_row");
   }
 }
 

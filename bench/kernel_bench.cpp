@@ -1,0 +1,183 @@
+// Matrix-product kernel benchmarks (Google Benchmark) on Gemma 4 E2B / E4B shapes.
+//   gem4_kernel_bench                                  # everything, about 1-2 minutes
+//   gem4_kernel_bench --benchmark_filter='q8_0/.*rows:512'
+// Counters: GMAC/s (multiply-accumulates) and GB/s (weight bytes read), both per wall-clock second.
+// For rows = 1 the weights are cycled through enough copies (>= 512 MiB) that they come from DRAM,
+// not the last-level cache. Threads: a 2-thread pool (the target machines have 2 cores); "threads:1"
+// runs use pool == nullptr. GMAC/cpu_s divides by the process CPU time instead: throughput per core
+// actually received, which stays meaningful on a shared, busy machine (it includes the pool's
+// spin-waiting, so it understates short calls).
+#include <benchmark/benchmark.h>
+#include <time.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
+#include "tensor/quant.h"
+
+namespace gem4 {
+namespace {
+
+// Weights made from 64 distinct quantized rows tiled to the full height: realistic bytes without
+// quantizing millions of rows at startup. `copies` identical matrices, to defeat the caches.
+struct BenchWeights {
+  GgmlType type;
+  int64_t out, in;
+  size_t row_bytes, matrix_bytes;
+  int copies;
+  std::vector<uint8_t> data;
+  MatrixView view(int copy) const {
+    return {type, data.data() + static_cast<size_t>(copy) * matrix_bytes, in, out, row_bytes};
+  }
+};
+
+const BenchWeights& weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
+  // Keep only the latest matrix: the large ones are hundreds of MB.
+  static std::unique_ptr<BenchWeights> cached;
+  if (cached && cached->type == t && cached->out == out && cached->in == in &&
+      (cached->copies > 1 || !beat_cache)) {
+    return *cached;
+  }
+  cached.reset();
+  auto w = std::make_unique<BenchWeights>();
+  w->type = t;
+  w->out = out;
+  w->in = in;
+  w->row_bytes = ggml_row_bytes(t, in);
+  w->matrix_bytes = w->row_bytes * out;
+  const size_t min_total = size_t{512} << 20;
+  w->copies =
+      beat_cache
+          ? static_cast<int>(std::min<size_t>(256, (min_total + w->matrix_bytes - 1) / w->matrix_bytes))
+          : 1;
+  w->data.resize(w->matrix_bytes * w->copies);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(in);
+  std::vector<uint8_t> distinct(64 * w->row_bytes);
+  for (int i = 0; i < 64; ++i) {
+    for (float& v : row) v = normal(rng) * 0.05f;
+    quantize_row(t, row.data(), distinct.data() + i * w->row_bytes, in);
+  }
+  for (size_t o = 0; o < static_cast<size_t>(out) * w->copies; ++o) {
+    std::copy_n(distinct.data() + (o % 64) * w->row_bytes, w->row_bytes, w->data.data() + o * w->row_bytes);
+  }
+  cached = std::move(w);
+  return *cached;
+}
+
+double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+ThreadPool& pool2() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, int64_t rows, int threads) {
+  const bool gemv = rows <= 4;
+  const BenchWeights& w = weights(type, out, in, gemv);
+  std::vector<float> x(rows * in), y(rows * out);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  ThreadPool* pool = threads > 1 ? &pool2() : nullptr;
+  int copy = 0;
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    matmul(w.view(copy), x.data(), rows, in, y.data(), out, pool);
+    benchmark::DoNotOptimize(y.data());
+    copy = (copy + 1) % w.copies;
+  }
+  const double cpu_seconds = process_cpu_seconds() - cpu0;
+  const double macs = static_cast<double>(rows) * in * out;
+  // On a shared machine wall time includes time other processes held our cores; CPU time does not.
+  // GMAC/cpu_s is the work per second of CPU actually received (per core, summed over threads).
+  state.counters["GMAC/cpu_s"] = macs * 1e-9 * static_cast<double>(state.iterations()) / cpu_seconds;
+  state.counters["GMAC/s"] = benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.matrix_bytes) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(isa_name(active_isa()));
+}
+
+void BM_MatmulReference(benchmark::State& state) {
+  const int64_t in = 256, out = 256, rows = 16;
+  const BenchWeights& w = weights(GgmlType::Q8_0, out, in, false);
+  std::vector<float> x(rows * in, 0.5f), y(rows * out);
+  for (auto _ : state) {
+    matmul_reference(w.view(0), x.data(), rows, in, y.data(), out);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows) * in * out * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+struct Shape {
+  const char* name;
+  int64_t in, out;
+};
+
+// E2B: hidden 1536, attention q 2048, FFN 6144 (12288 in the double-wide KV-shared layers).
+// E4B: hidden 2560, FFN 10240.
+constexpr Shape kShapes[] = {
+    {"E2B_q", 1536, 2048},        {"E2B_ffn_up", 1536, 6144}, {"E2B_ffn_up_wide", 1536, 12288},
+    {"E2B_ffn_down", 6144, 1536}, {"E4B_q", 2560, 2048},      {"E4B_ffn_up", 2560, 10240},
+};
+
+void register_all() {
+  const GgmlType types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K,
+                            GgmlType::Q6_K, GgmlType::BF16, GgmlType::F32};
+  for (GgmlType t : types) {
+    for (const Shape& s : kShapes) {
+      for (int64_t rows : {int64_t{1}, int64_t{512}}) {
+        const std::string name =
+            std::string(ggml_type_name(t)) + "/" + s.name + "/rows:" + std::to_string(rows) + "/threads:2";
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.in, s.out, rows, 2)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2);
+      }
+    }
+  }
+  // Single-thread points for the headline shape.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const std::string name = std::string(ggml_type_name(t)) + "/E2B_ffn_up/rows:512/threads:1";
+    benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, 1536, 6144, 512, 1)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.2);
+  }
+  // LM head (tied embedding, 262144 x 1536), decode only: the types llama-quantize gives it.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {
+    const std::string name = std::string(ggml_type_name(t)) + "/lm_head/rows:1/threads:2";
+    benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, 1536, 262144, 1, 2)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.3);
+  }
+  benchmark::RegisterBenchmark("reference/Q8_0/256x256/rows:16", BM_MatmulReference)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.2);
+}
+
+}  // namespace
+}  // namespace gem4
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  gem4::register_all();
+  benchmark::AddCustomContext("cpu_features", gem4::cpu_features_string());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,312 @@
+// Internal to matmul_avx512.cpp: AVX-512 quantization of activation blocks and decoding of weight blocks
+// for the 8-bit kernels. Include only from files compiled with the AVX-512 flags (and only from one).
+//
+// Every weight type is seen as 32-element blocks of unsigned levels u with a scale, and for some a min:
+//   weight = scale * (u - kOffset) + min
+// Q4_K/Q5_K fit exactly (a 6-bit scale and min per 32 elements); Q6_K has a scale per 16 elements
+// (kSplitScales: one for each half of a block).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "tensor/blocks.h"
+
+namespace gem4::matmul_detail::avx512 {
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);
+}
+
+inline float round_to_half(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Activations, exactly as llama.cpp's x86 quantize_row_q8_0 / q8_1: d = amax / 127 (stored as fp16),
+// q = round-half-even(x * (127 / amax)) (the inverse of the unrounded d), s = fp16(d * sum q).
+
+struct QuantizedBlock {
+  float d;     // fp16-rounded scale
+  int sum;     // sum of the 32 quants
+  int sum_hi;  // sum of the last 16
+  float s;     // fp16-rounded d * sum
+};
+
+inline QuantizedBlock quantize_block(const float* x, int8_t* q) {
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float d = amax / 127.f;
+  const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i i0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, id), kRne);
+  const __m512i i1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, id), kRne);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+  const int sum_hi = _mm512_reduce_add_epi32(i1);
+  const int sum = _mm512_reduce_add_epi32(i0) + sum_hi;
+  return {round_to_half(d), sum, sum_hi, round_to_half(d * static_cast<float>(sum))};
+}
+
+// ------------------------------------------------------------------------------------------------
+// Bit unpacking helpers.
+
+// Legacy 4-bit layout: byte j holds element j (low nibble) and j + 16 (high nibble).
+inline __m256i legacy_nibbles(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
+}
+
+// Two blocks' nibbles in element order: both 16-byte arrays in one ymm, shifted and unshifted copies
+// fill a zmm, one lane shuffle restores the order.
+inline __m512i legacy_nibbles_pair(const uint8_t* qs0, const uint8_t* qs1) {
+  const __m256i both =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1);
+  return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+}
+
+// Bit i of the little-endian 32-bit word(s) becomes 16 in byte i.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(static_cast<uint32_t>(load_i32(qh))),
+                               _mm256_set1_epi8(16));
+}
+inline __m512i fifth_bits_pair(const uint8_t* qh0, const uint8_t* qh1) {
+  const uint64_t bits =
+      static_cast<uint32_t>(load_i32(qh0)) | (uint64_t{static_cast<uint32_t>(load_i32(qh1))} << 32);
+  return _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16));
+}
+
+// The fp16 values at h0 and h1 in lanes 0-7 and 8-15.
+inline __m512 half_pair(const uint8_t* h0, const uint8_t* h1) {
+  uint16_t a, b;
+  std::memcpy(&a, h0, sizeof a);
+  std::memcpy(&b, h1, sizeof b);
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(a | (uint32_t{b} << 16))));
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+}
+
+// Lane i of the result is lane first + i / per of v (per = 4 or 8 lanes per source value).
+inline __m512 spread(__m512 v, int first, int per) {
+  const __m512i idx = _mm512_add_epi32(
+      _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                        per == 4 ? 2 : 3),
+      _mm512_set1_epi32(first));
+  return _mm512_permutexvar_ps(idx, v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Decoders. Each provides:
+//   kOffset, kHasMin, kSplitScales
+//   quants(row, b)                 the 32 levels of block b (element order), for repacking
+//   kGroupBlocks, group_scales     scales (per half with kSplitScales) and mins of the kGroupBlocks
+//                                  blocks of group g, as f32
+//   kPairsPerGroup, kGroupBytes, Group, group(row, g), pair(group, k, &u, &scale, &min)
+//                                  blocks 2k, 2k+1 of a group in one zmm: levels, scale per lane, min
+//                                  per half (lanes 0-7 first block, 8-15 second)
+
+// The legacy formats: fp16 scale at byte 0, fp16 min at byte 2 (the "_1" types), then the 32 fifth bits
+// (Q5) at QhAt, then the levels at QsAt: 16 nibble bytes, or 32 signed bytes for Q8_0.
+template <size_t Bytes, int Offset, bool HasMin, int QhAt, int QsAt>
+struct LegacyDecoder {
+  static constexpr size_t kBytes = Bytes;
+  static constexpr int kOffset = Offset;
+  static constexpr bool kHasMin = HasMin, kSplitScales = false;
+  static constexpr int kGroupBlocks = 1, kPairsPerGroup = 1;
+  static constexpr size_t kGroupBytes = 2 * Bytes;  // bytes of a row per stream group (a block pair)
+  static constexpr bool kEightBit = Offset == 128;
+
+  static __m256i quants(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * Bytes;
+    if constexpr (kEightBit) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + QsAt));
+      return _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80)));  // q + 128
+    } else if constexpr (QhAt >= 0) {
+      return _mm256_or_si256(legacy_nibbles(blk + QsAt), fifth_bits(blk + QhAt));
+    } else {
+      return legacy_nibbles(blk + QsAt);
+    }
+  }
+  static void group_scales(const uint8_t* row, int64_t g, float* scale, float*, float* min) {
+    scale[0] = half_at(row + g * Bytes);
+    if constexpr (HasMin) min[0] = half_at(row + g * Bytes + 2);
+  }
+
+  struct Group {
+    const uint8_t* b0;
+  };
+  static Group group(const uint8_t* row, int64_t g) { return {row + 2 * g * Bytes}; }
+  static void pair(const Group& grp, int, __m512i* u, __m512* scale, __m512* min) {
+    const uint8_t* b0 = grp.b0;
+    const uint8_t* b1 = b0 + Bytes;
+    if constexpr (kEightBit) {
+      const __m512i q = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + QsAt))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + QsAt)), 1);
+      *u = _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
+    } else if constexpr (QhAt >= 0) {
+      *u = _mm512_or_si512(legacy_nibbles_pair(b0 + QsAt, b1 + QsAt), fifth_bits_pair(b0 + QhAt, b1 + QhAt));
+    } else {
+      *u = legacy_nibbles_pair(b0 + QsAt, b1 + QsAt);
+    }
+    *scale = half_pair(b0, b1);
+    if constexpr (HasMin) *min = half_pair(b0 + 2, b1 + 2);
+  }
+  // A lone last block (odd block counts): the pair format with the upper half zero.
+  static void single(const uint8_t* row, int64_t b, __m512i* u, __m512* scale, __m512* min) {
+    const uint8_t* blk = row + b * Bytes;
+    *u = _mm512_zextsi256_si512(quants(row, b));
+    *scale = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(half_at(blk)));
+    if constexpr (HasMin) *min = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(half_at(blk + 2)));
+  }
+};
+
+using DecodeQ8_0 = LegacyDecoder<sizeof(BlockQ8_0), 128, false, -1, 2>;
+using DecodeQ4_0 = LegacyDecoder<sizeof(BlockQ4_0), 8, false, -1, 2>;
+using DecodeQ4_1 = LegacyDecoder<sizeof(BlockQ4_1), 0, true, -1, 4>;
+using DecodeQ5_0 = LegacyDecoder<sizeof(BlockQ5_0), 16, false, 2, 6>;
+using DecodeQ5_1 = LegacyDecoder<sizeof(BlockQ5_1), 0, true, 4, 8>;
+
+// Q4_K / Q5_K scales and mins of a super-block as f32: lanes 0-7 d * scale_j, lanes 8-15 -(dmin * min_j),
+// the products the reference dequantization forms (y = d*scale*q - dmin*min).
+inline __m512 k_scales_mins(const uint8_t* scales, const uint16_t& d_bits, const uint16_t& dmin_bits) {
+  uint32_t w[3];
+  std::memcpy(w, scales, 12);
+  // Sub-blocks 0-3: low 6 bits of bytes 0-3 (scales) and 4-7 (mins). Sub-blocks 4-7: low (scales) and
+  // high (mins) nibbles of bytes 8-11, with bits 4-5 taken from the top two bits of bytes 0-3 / 4-7.
+  const uint32_t low6 = 0x3F3F3F3F, nibble = 0x0F0F0F0F, two = 0x03030303;
+  alignas(16) uint32_t v[4];
+  v[0] = w[0] & low6;
+  v[1] = (w[2] & nibble) | (((w[0] >> 6) & two) << 4);
+  v[2] = w[1] & low6;
+  v[3] = ((w[2] >> 4) & nibble) | (((w[1] >> 6) & two) << 4);
+  const __m512 f =
+      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v))));
+  const __m512 mul =
+      _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(d_bits)), _mm512_set1_ps(-_cvtsh_ss(dmin_bits)));
+  return _mm512_mul_ps(f, mul);
+}
+
+// Q4_K (Bits5 = false) and Q5_K: block j of a super-block is chunk j/2 of 64 elements, low nibbles of
+// qs[32c..] for even j, high nibbles for odd j; Q5_K adds bit j of qh[l] as 16.
+template <class Block, bool Bits5>
+struct KQuantDecoder {
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true, kSplitScales = false;
+  static constexpr int kGroupBlocks = 8, kPairsPerGroup = 4;
+  static constexpr size_t kGroupBytes = sizeof(Block);
+
+  static __m256i quants(const uint8_t* row, int64_t b) {
+    const Block* blk = reinterpret_cast<const Block*>(row) + b / 8;
+    const int j = static_cast<int>(b % 8);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * (j / 2)));
+    __m256i u = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+    if constexpr (Bits5) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh));
+      const __mmask32 set = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << j)));
+      u = _mm256_mask_add_epi8(u, set, u, _mm256_set1_epi8(16));
+    }
+    return u;
+  }
+  static void group_scales(const uint8_t* row, int64_t g, float* scale, float*, float* min) {
+    const Block* blk = reinterpret_cast<const Block*>(row) + g;
+    alignas(64) float f[16];
+    _mm512_store_ps(f, k_scales_mins(blk->scales, blk->d, blk->dmin));
+    for (int j = 0; j < 8; ++j) {
+      scale[j] = f[j];
+      min[j] = f[8 + j];
+    }
+  }
+
+  struct Group {
+    const Block* blk;
+    __m512 scales_mins;
+  };
+  static Group group(const uint8_t* row, int64_t g) {
+    const Block* blk = reinterpret_cast<const Block*>(row) + g;
+    return {blk, k_scales_mins(blk->scales, blk->d, blk->dmin)};
+  }
+  static void pair(const Group& grp, int k, __m512i* u, __m512* scale, __m512* min) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp.blk->qs + 32 * k));
+    *u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+                          _mm512_set1_epi8(0x0F));
+    if constexpr (Bits5) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp.blk->qh));
+      const uint64_t lo = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * k))));
+      const uint64_t hi = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * k))));
+      *u = _mm512_or_si512(*u, _mm512_maskz_mov_epi8(lo | (hi << 32), _mm512_set1_epi8(16)));
+    }
+    *scale = spread(grp.scales_mins, 2 * k, 8);
+    *min = spread(grp.scales_mins, 8 + 2 * k, 8);
+  }
+};
+
+using DecodeQ4_K = KQuantDecoder<BlockQ4_K, false>;
+using DecodeQ5_K = KQuantDecoder<BlockQ5_K, true>;
+
+// Q6_K: block j of a super-block is quarter q = j % 4 of half h = j / 4: low 4 bits from the low (q < 2)
+// or high nibbles of ql[64h + 32(q % 2) + l], bits 4-5 from bits 2q, 2q+1 of qh[32h + l]; offset 32.
+// Its 16 signed scales are one per 16 elements.
+struct DecodeQ6_K {
+  static constexpr int kOffset = 32;
+  static constexpr bool kHasMin = false, kSplitScales = true;
+  static constexpr int kGroupBlocks = 8, kPairsPerGroup = 4;
+  static constexpr size_t kGroupBytes = sizeof(BlockQ6_K);
+
+  static __m512 scales(const BlockQ6_K* blk) {  // d * scales[s], s = 0..15
+    const __m512 sc = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales))));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk->d)), sc);
+  }
+  static __m256i quants(const uint8_t* row, int64_t b) {
+    const BlockQ6_K* blk = reinterpret_cast<const BlockQ6_K*>(row) + b / 8;
+    const int j = static_cast<int>(b % 8), h = j / 4, q = j % 4;
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->ql + 64 * h + 32 * (q % 2)));
+    const __m256i low = _mm256_and_si256(q < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * h));
+    const __m256i high = _mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * q)), 4);
+    return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
+  }
+  static void group_scales(const uint8_t* row, int64_t g, float* scale, float* scale_hi, float*) {
+    alignas(64) float f[16];
+    _mm512_store_ps(f, scales(reinterpret_cast<const BlockQ6_K*>(row) + g));
+    for (int j = 0; j < 8; ++j) {
+      scale[j] = f[2 * j];
+      scale_hi[j] = f[2 * j + 1];
+    }
+  }
+
+  struct Group {
+    const BlockQ6_K* blk;
+    __m512 scales;
+  };
+  static Group group(const uint8_t* row, int64_t g) {
+    const BlockQ6_K* blk = reinterpret_cast<const BlockQ6_K*>(row) + g;
+    return {blk, scales(blk)};
+  }
+  // Pair k holds quarters 0-1 (k even) or 2-3 (k odd) of half k / 2: the 64 bytes ql[64h ..] give the
+  // low 4 bits (low or high nibbles), qh[32h ..] the top two, shifted per quarter.
+  static void pair(const Group& grp, int k, __m512i* u, __m512* scale, __m512*) {
+    const int h = k / 2;
+    const __m512i l = _mm512_loadu_si512(grp.blk->ql + 64 * h);
+    const __m512i low = _mm512_and_si512(k % 2 ? _mm512_srli_epi16(l, 4) : l, _mm512_set1_epi8(0x0F));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp.blk->qh + 32 * h));
+    const __m512i high = k % 2 ? _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1)
+                               : _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)),
+                                                    _mm256_slli_epi16(qh, 2), 1);
+    *u = _mm512_or_si512(low, _mm512_and_si512(high, _mm512_set1_epi8(0x30)));
+    *scale = spread(grp.scales, 4 * k, 4);
+  }
+};
+
+}  // namespace gem4::matmul_detail::avx512

@@ -1,0 +1,449 @@
+// Matrix-product kernels for AVX2 + FMA + F16C (no AVX-512): the fallback for older x86 CPUs.
+// Simpler than the AVX-512 path: no repacked panels. Weight rows are processed in tiles of 16 that stay
+// in L1/L2 while every group of activation rows passes over them, so each weight byte is fetched from
+// memory once per call and decoded once per activation group.
+//  * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: activations quantized like llama.cpp (q8_0 / q8_1); block dot products
+//    with llama.cpp's sign trick (|w| as unsigned times sign(w)*x, vpmaddubsw then vpmaddwd), which
+//    cannot saturate the 16-bit pair sums: |w| <= 128, |x| <= 127.
+//  * F32, F16, BF16, Q4_K, Q5_K, Q6_K: weights converted to f32, FMA dot products.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/matmul_internal.h"
+#include "kernels/thread_pool.h"
+#include "tensor/blocks.h"
+#include "tensor/quant.h"
+
+namespace gem4::matmul_detail {
+namespace {
+
+constexpr int kWeightTile = 16;  // weight rows kept hot while activation groups pass over them
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);
+}
+
+float round_to_half(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+
+const uint8_t* row_ptr(const MatrixView& w, int64_t o) {
+  return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes;
+}
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Activation quantization: llama.cpp's x86 quantize_row_q8_0 / q8_1 (see matmul_avx512.cpp).
+
+struct QuantizedBlock {
+  float d, s;
+};
+
+QuantizedBlock quantize_block(const float* x, int8_t* q) {
+  __m256 v[4];
+  __m256 amax_v = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax_v = _mm256_max_ps(amax_v, _mm256_andnot_ps(sign, v[i]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax_v), _mm256_extractf128_ps(amax_v, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127.f;
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+  __m256i i[4];
+  for (int k = 0; k < 4; ++k) {
+    i[k] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
+  // Pack 32 int32 to bytes; the lane-wise packs interleave 4-element groups, the permute restores order.
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  return {round_to_half(d), round_to_half(d * static_cast<float>(sum))};
+}
+
+// ------------------------------------------------------------------------------------------------
+// Weight decoders: the 32 weights of a block as signed bytes (u - offset), its scale and min.
+
+__m256i low_high_nibbles(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
+}
+
+// Bit i of the 32-bit word at qh becomes 16 in byte i: broadcast the word, give byte i a copy of byte
+// i/8, set every bit but bit i%8, and compare with all ones.
+__m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof bits);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i with_others = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  const __m256i set = _mm256_cmpeq_epi8(with_others, _mm256_set1_epi64x(-1));
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+struct DecodeQ8_0 {
+  static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr bool kHasMin = false;
+  static __m256i weights(const uint8_t* b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  }
+  static float scale(const uint8_t* b) { return half_at(b); }
+  static float min(const uint8_t*) { return 0.0f; }
+};
+
+struct DecodeQ4_0 {
+  static constexpr size_t kBytes = sizeof(BlockQ4_0);
+  static constexpr bool kHasMin = false;
+  static __m256i weights(const uint8_t* b) {
+    return _mm256_sub_epi8(low_high_nibbles(b + 2), _mm256_set1_epi8(8));
+  }
+  static float scale(const uint8_t* b) { return half_at(b); }
+  static float min(const uint8_t*) { return 0.0f; }
+};
+
+struct DecodeQ4_1 {
+  static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr bool kHasMin = true;
+  static __m256i weights(const uint8_t* b) { return low_high_nibbles(b + 4); }
+  static float scale(const uint8_t* b) { return half_at(b); }
+  static float min(const uint8_t* b) { return half_at(b + 2); }
+};
+
+struct DecodeQ5_0 {
+  static constexpr size_t kBytes = sizeof(BlockQ5_0);
+  static constexpr bool kHasMin = false;
+  static __m256i weights(const uint8_t* b) {
+    return _mm256_sub_epi8(_mm256_or_si256(low_high_nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16));
+  }
+  static float scale(const uint8_t* b) { return half_at(b); }
+  static float min(const uint8_t*) { return 0.0f; }
+};
+
+struct DecodeQ5_1 {
+  static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr bool kHasMin = true;
+  static __m256i weights(const uint8_t* b) {
+    return _mm256_or_si256(low_high_nibbles(b + 8), fifth_bits(b + 4));
+  }
+  static float scale(const uint8_t* b) { return half_at(b); }
+  static float min(const uint8_t* b) { return half_at(b + 2); }
+};
+
+template <class Fn>
+void with_int8_decoder(GgmlType t, Fn&& fn) {
+  switch (t) {
+    case GgmlType::Q8_0:
+      return fn(DecodeQ8_0{});
+    case GgmlType::Q4_0:
+      return fn(DecodeQ4_0{});
+    case GgmlType::Q4_1:
+      return fn(DecodeQ4_1{});
+    case GgmlType::Q5_0:
+      return fn(DecodeQ5_0{});
+    case GgmlType::Q5_1:
+      return fn(DecodeQ5_1{});
+    default:
+      throw std::logic_error("with_int8_decoder: not an 8-bit-activation type");
+  }
+}
+
+// Row-major quantized activations: q[r][nb][32], d[r][nb], s[r][nb].
+struct Activations {
+  int8_t* q;
+  float* d;
+  float* s;
+  int64_t nb;
+};
+
+// Weight rows [o0, o1) against activation rows [r0, r0 + R): each block is decoded once and used R times.
+template <class Dec, int R>
+void int8_rows(const MatrixView& w, int64_t o0, int64_t o1, const Activations& act, int64_t r0, float* y,
+               int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nb = act.nb;
+  for (int64_t o = o0; o < o1; ++o) {
+    const uint8_t* row = row_ptr(w, o);
+    __m256 acc[R];
+    float mins[R];
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_setzero_ps();
+      mins[r] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + b * Dec::kBytes;
+      const __m256i wq = Dec::weights(blk);
+      const __m256i aw = _mm256_sign_epi8(wq, wq);
+      const float dw = Dec::scale(blk);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int64_t m = (r0 + r) * nb + b;
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + m * kQK));
+        const __m256i pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wq));
+        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * act.d[m]), dot, acc[r]);
+        if constexpr (Dec::kHasMin) mins[r] += Dec::min(blk) * act.s[m];
+      }
+    }
+    for (int r = 0; r < R; ++r) y[(r0 + r) * ldy + o] = hsum(acc[r]) + mins[r];
+  }
+}
+
+template <class Dec>
+void int8_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const size_t n_blocks = static_cast<size_t>(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, n_blocks * (kQK + 8)));
+  Activations act{reinterpret_cast<int8_t*>(buf), reinterpret_cast<float*>(buf + n_blocks * kQK), nullptr,
+                  nb};
+  act.s = act.d + n_blocks;
+  parallel_for(pool, rows, 8, [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+        act.d[r * nb + b] = qb.d;
+        act.s[r * nb + b] = qb.s;
+      }
+    }
+  });
+  parallel_for(pool, w.out, kWeightTile, [&](int64_t o0, int64_t o1, int) {
+    for (int64_t ot = o0; ot < o1; ot += kWeightTile) {
+      const int64_t ote = std::min(o1, ot + kWeightTile);
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        switch (std::min<int64_t>(4, rows - r0)) {
+          case 1:
+            int8_rows<Dec, 1>(w, ot, ote, act, r0, y, ldy);
+            break;
+          case 2:
+            int8_rows<Dec, 2>(w, ot, ote, act, r0, y, ldy);
+            break;
+          case 3:
+            int8_rows<Dec, 3>(w, ot, ote, act, r0, y, ldy);
+            break;
+          default:
+            int8_rows<Dec, 4>(w, ot, ote, act, r0, y, ldy);
+            break;
+        }
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
+// F32 family. Row dequantizers compute the same products as the scalar reference.
+
+// y = d * level - m with both operations rounded, as the reference does (no FMA contraction here).
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+void store_levels(__m256i levels, float d, float m, float* y) {
+  const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+  for (int i = 0; i < 4; ++i) {
+    const __m128i part = i < 2 ? _mm256_castsi256_si128(levels) : _mm256_extracti128_si256(levels, 1);
+    const __m128i bytes = (i % 2) ? _mm_srli_si128(part, 8) : part;
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    _mm256_storeu_ps(y + 8 * i, _mm256_sub_ps(_mm256_mul_ps(vd, f), vm));
+  }
+}
+#pragma GCC pop_options
+
+void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+    for (int c = 0; c < 4; ++c, y += 64) {
+      uint8_t sc1, m1, sc2, m2;
+      k_quant_scale_min(2 * c, b[i].scales, &sc1, &m1);
+      k_quant_scale_min(2 * c + 1, b[i].scales, &sc2, &m2);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c));
+      store_levels(_mm256_and_si256(q, low), d * sc1, dmin * m1, y);
+      store_levels(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), d * sc2, dmin * m2, y + 32);
+    }
+  }
+}
+
+void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
+  const __m256i low = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
+    for (int c = 0; c < 4; ++c, y += 64) {
+      uint8_t sc1, m1, sc2, m2;
+      k_quant_scale_min(2 * c, b[i].scales, &sc1, &m1);
+      k_quant_scale_min(2 * c + 1, b[i].scales, &sc2, &m2);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c));
+      const __m256i bit1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c)));
+      const __m256i bit2 = _mm256_set1_epi8(static_cast<char>(2 << (2 * c)));
+      const __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), sixteen);
+      const __m256i h2 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit2), bit2), sixteen);
+      store_levels(_mm256_or_si256(_mm256_and_si256(q, low), h1), d * sc1, dmin * m1, y);
+      store_levels(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), h2), d * sc2, dmin * m2,
+                   y + 32);
+    }
+  }
+}
+
+void store_q6(__m256i q, float scale_a, float scale_b, float* y) {
+  for (int i = 0; i < 4; ++i) {
+    const __m128i part = i < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+    const __m128i bytes = (i % 2) ? _mm_srli_si128(part, 8) : part;
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(_mm256_set1_ps(i < 2 ? scale_a : scale_b), f));
+  }
+}
+
+void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
+  const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = _cvtsh_ss(b[i].d);
+    for (int half = 0; half < 2; ++half, y += 128) {
+      const uint8_t* ql = b[i].ql + 64 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * half));
+      const int8_t* sc = b[i].scales + 8 * half;
+      const __m256i q1 =
+          _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+      const __m256i q2 =
+          _mm256_or_si256(_mm256_and_si256(l1, low), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+      const __m256i q3 =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), _mm256_and_si256(h, bits45));
+      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+      store_q6(_mm256_sub_epi8(q1, bias), d * sc[0], d * sc[1], y);
+      store_q6(_mm256_sub_epi8(q2, bias), d * sc[2], d * sc[3], y + 32);
+      store_q6(_mm256_sub_epi8(q3, bias), d * sc[4], d * sc[5], y + 64);
+      store_q6(_mm256_sub_epi8(q4, bias), d * sc[6], d * sc[7], y + 96);
+    }
+  }
+}
+
+void dequant_row_f32(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
+  switch (t) {
+    case GgmlType::F16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+      }
+      for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
+      return;
+    }
+    case GgmlType::BF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+      }
+      for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+      return;
+    }
+    case GgmlType::Q4_K:
+      return dequant_q4_k(reinterpret_cast<const BlockQ4_K*>(src), dst, n / kQKK);
+    case GgmlType::Q5_K:
+      return dequant_q5_k(reinterpret_cast<const BlockQ5_K*>(src), dst, n / kQKK);
+    case GgmlType::Q6_K:
+      return dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(src), dst, n / kQKK);
+    default:
+      return dequantize_row(t, src, dst, n);
+  }
+}
+
+// 4 weight rows x R (<= 2) activation rows: 4R accumulators + 4 weight registers + 1 activation register
+// fit the 16 ymm registers.
+template <int R>
+void dot_4xR(const float* const* wr, const float* x, int64_t ldx, int64_t n, float* out) {
+  __m256 acc[4][R];
+  for (int j = 0; j < 4; ++j)
+    for (int r = 0; r < R; ++r) acc[j][r] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    __m256 wv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) wv[j] = _mm256_loadu_ps(wr[j] + k);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[j][r] = _mm256_fmadd_ps(wv[j], xv, acc[j][r]);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    for (int r = 0; r < R; ++r) {
+      float s = hsum(acc[j][r]);
+      for (int64_t t = k; t < n; ++t) s += wr[j][t] * x[r * ldx + t];
+      out[j * 2 + r] = s;
+    }
+  }
+}
+
+void f32_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                ThreadPool* pool) {
+  const int64_t n = w.in;
+  const bool direct = w.type == GgmlType::F32;
+  parallel_for(pool, w.out, kWeightTile, [&](int64_t o0, int64_t o1, int) {
+    float* buf =
+        direct ? nullptr : static_cast<float*>(thread_scratch(kSlotRows, sizeof(float) * kWeightTile * n));
+    for (int64_t ot = o0; ot < o1; ot += kWeightTile) {
+      const int tile = static_cast<int>(std::min<int64_t>(kWeightTile, o1 - ot));
+      const float* wr[kWeightTile];
+      for (int j = 0; j < tile; ++j) {
+        if (direct) {
+          wr[j] = reinterpret_cast<const float*>(row_ptr(w, ot + j));
+        } else {
+          dequant_row_f32(w.type, row_ptr(w, ot + j), buf + j * n, n);
+          wr[j] = buf + j * n;
+        }
+      }
+      for (int j = tile; j < kWeightTile; ++j) wr[j] = wr[0];  // computed, not stored
+      for (int64_t r0 = 0; r0 < rows; r0 += 2) {
+        const int nr = static_cast<int>(std::min<int64_t>(2, rows - r0));
+        for (int j0 = 0; j0 < tile; j0 += 4) {
+          float out[8];
+          if (nr == 2) {
+            dot_4xR<2>(wr + j0, x + r0 * ldx, ldx, n, out);
+          } else {
+            dot_4xR<1>(wr + j0, x + r0 * ldx, ldx, n, out);
+          }
+          for (int j = j0; j < std::min(tile, j0 + 4); ++j)
+            for (int r = 0; r < nr; ++r) y[(r0 + r) * ldy + ot + j] = out[(j - j0) * 2 + r];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool) {
+  if (is_int8_type(w.type)) {
+    with_int8_decoder(w.type, [&](auto dec) { int8_matmul<decltype(dec)>(w, x, rows, ldx, y, ldy, pool); });
+  } else {
+    f32_matmul(w, x, rows, ldx, y, ldy, pool);
+  }
+}
+
+}  // namespace gem4::matmul_detail
