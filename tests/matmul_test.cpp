@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -422,6 +423,41 @@ TEST(Matmul, ThreadPoolDoesNotChangeResults) {
         matmul(w.view(), x.data(), rows, in, pooled.data(), 70, &pool);
         ASSERT_EQ(0, std::memcmp(serial.data(), pooled.data(), serial.size() * sizeof(float)))
             << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows;
+      }
+    }
+  }
+}
+
+// Batch invariance: a row's outputs must not depend on the other rows of the call (how many, where
+// the row sits in a tile or remainder) nor on the pool. Model code relies on it: a prompt in
+// micro-batches, or a pruned pass with 1 row, must give bit-identical logits to one full call.
+TEST(Matmul, BatchInvariance) {
+  const auto isas = available_isas();
+  ThreadPool pool(2);
+  constexpr int64_t kRows = 37, kOut = 70;
+  for (GgmlType t : kAllTypes) {
+    const int64_t be = ggml_block_elems(t);
+    const int64_t in = be == 1 ? 83 : 3 * be;
+    const int64_t ldx = in + 5;
+    const Weights w = make_weights(t, kOut, in, 33);
+    const auto x = make_activations(kRows, in, ldx, 9);
+    for (Isa isa : isas) {
+      IsaOverride o(isa);
+      std::vector<float> whole(kRows * kOut);
+      matmul(w.view(), x.data(), kRows, ldx, whole.data(), kOut, nullptr);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        for (int64_t chunk : {kRows, int64_t{1}, int64_t{3}, int64_t{5}, int64_t{7}}) {
+          std::vector<float> y(kRows * kOut, kSentinel);
+          for (int64_t r0 = 0; r0 < kRows; r0 += chunk) {
+            const int64_t n = std::min(chunk, kRows - r0);
+            matmul(w.view(), x.data() + r0 * ldx, n, ldx, y.data() + r0 * kOut, kOut, p);
+          }
+          for (int64_t r = 0; r < kRows; ++r) {
+            ASSERT_EQ(0, std::memcmp(whole.data() + r * kOut, y.data() + r * kOut, kOut * sizeof(float)))
+                << ggml_type_name(t) << " isa=" << isa_name(isa) << " chunk=" << chunk << " row=" << r
+                << (p ? " pool=2" : " pool=null");
+          }
+        }
       }
     }
   }

@@ -25,6 +25,8 @@ struct MatrixView {
 
 // The fast path (dispatches on active_isa()). x: rows x in with leading dimension ldx;
 // y: rows x out with leading dimension ldy. Threads split the work; pool may be null.
+// Batch invariant: on a given ISA, row r of y depends only on row r of x and on w, bit for bit (not on
+// `rows`, the row's position in the call, or the pool), so micro-batched and one-shot prompts agree.
 void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
             ThreadPool* pool);
 

@@ -9,6 +9,13 @@
 // Each family has a streaming kernel for few activation rows (decode: weights read once, straight from
 // their blocks) and a register-blocked kernel for many rows (prefill: a panel of 32 weight rows is
 // repacked once per call and reused for every activation row).
+//
+// Batch invariance: both kernels of a family compute every (activation row, output) with the same
+// sequence of float operations, so a row's result does not depend on how many rows share the call, its
+// position in a tile, or the threads. Int8: per 32-element block the exact integer dot product isum
+// (per 16-element half for Q6_K), then f = fma(float(isum), d_w * d_x, f) and, for types with a min,
+// f = fma(m_w, s_x, f), block after block. F32 family: one FMA chain per output, k in order. Both
+// kernels therefore hold one output per f32 lane (the streaming kernels transpose in registers).
 // GCC 12 reports its own AVX-512 intrinsics (_mm512_undefined_*) as uninitialized at -O3.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -64,129 +71,6 @@ void with_int8_decoder(GgmlType t, Fn&& fn) {
     default:
       throw std::logic_error("with_int8_decoder: not an 8-bit-activation type");
   }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Int8 family, few activation rows: stream each weight row once, two blocks (one zmm) at a time.
-// The lanes of one vpdpbusd hold partial sums of 4 elements each, so every lane can carry its own weight
-// scale (Q6_K changes scale every 4 lanes) and its own offset correction; the horizontal sum comes last.
-
-constexpr int kInt8StreamMaxRows = 4;
-
-struct alignas(64) PairActivations {
-  int8_t q[64];
-  int32_t init[16];  // -offset * (sum of the lane's 4 quants): the weight offset's share of each lane
-  float d[16];       // block 0's scale in lanes 0-7, block 1's in lanes 8-15
-  float s[16];       // fp16(d * sum q) of each block in lanes 0 and 8 (types with a min)
-};
-
-void quantize_pairs(const float* x, int64_t rows, int64_t ldx, int64_t nb, int offset, PairActivations* out) {
-  const int64_t np = (nb + 1) / 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t p = 0; p < np; ++p) {
-      PairActivations& pa = out[r * np + p];
-      std::memset(&pa, 0, sizeof pa);  // also zeroes block 1 of an odd tail
-      for (int half = 0; half < 2 && 2 * p + half < nb; ++half) {
-        const QuantizedBlock qb = quantize_block(x + r * ldx + (2 * p + half) * kQK, pa.q + 32 * half);
-        for (int i = 0; i < 8; ++i) pa.d[8 * half + i] = qb.d;
-        pa.s[8 * half] = qb.s;
-      }
-      const __m512i lane_sums =
-          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_load_si512(pa.q));
-      _mm512_store_si512(pa.init, _mm512_mullo_epi32(lane_sums, _mm512_set1_epi32(-offset)));
-    }
-  }
-}
-
-// Weight rows [o0, o0 + G) against R activation rows. G independent rows give the out-of-order core
-// G x R independent FMA chains and share each activation load G ways.
-template <class Dec, int R, int G>
-void int8_stream_group(const MatrixView& w, int64_t o0, const PairActivations* act, int64_t nb, float* y,
-                       int64_t ldy) {
-  const int64_t np = (nb + 1) / 2;
-  const uint8_t* row[G];
-  for (int g = 0; g < G; ++g) row[g] = row_ptr(w, o0 + g);
-  __m512 sum[G][R];
-  for (int g = 0; g < G; ++g)
-    for (int r = 0; r < R; ++r) sum[g][r] = _mm512_setzero_ps();
-  auto accumulate = [&](int64_t p, const __m512i* u, const __m512* dw, const __m512* mw) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const PairActivations& a = act[r * np + p];
-      const __m512i init = _mm512_load_si512(a.init), q = _mm512_load_si512(a.q);
-      const __m512 dx = _mm512_load_ps(a.d);
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) {
-        const __m512i acc = _mm512_dpbusd_epi32(init, u[g], q);
-        // (d_w * d_x) * isum, llama.cpp's order.
-        sum[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dw[g], dx), sum[g][r]);
-        if constexpr (Dec::kHasMin) sum[g][r] = _mm512_fmadd_ps(mw[g], _mm512_load_ps(a.s), sum[g][r]);
-      }
-    }
-  };
-  __m512i u[G];
-  __m512 dw[G], mw[G];
-  const int64_t full_pairs = nb / 2;
-  // Rows are short (1-2 KiB) and read G at a time, too briefly for the hardware prefetchers to ramp
-  // up; fetching the next G rows at the same position keeps DRAM busy (about 2x on long matrices).
-  const bool prefetch = o0 + 2 * G <= w.out;
-  const size_t ahead = G * w.row_bytes;
-  for (int64_t p0 = 0; p0 < full_pairs; p0 += Dec::kPairsPerGroup) {
-    typename Dec::Group grp[G];
-    const size_t pos = static_cast<size_t>(p0 / Dec::kPairsPerGroup) * Dec::kGroupBytes;
-    for (int g = 0; g < G; ++g) {
-      grp[g] = Dec::group(row[g], p0 / Dec::kPairsPerGroup);
-      if (prefetch) {
-        for (size_t off = 0; off < Dec::kGroupBytes; off += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(row[g] + ahead + pos + off), _MM_HINT_T0);
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < Dec::kPairsPerGroup; ++k) {
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) Dec::pair(grp[g], k, &u[g], &dw[g], &mw[g]);
-      accumulate(p0 + k, u, dw, mw);
-    }
-  }
-  if constexpr (Dec::kGroupBlocks == 1) {
-    if (nb % 2) {  // odd block count: the last block alone
-      for (int g = 0; g < G; ++g) Dec::single(row[g], nb - 1, &u[g], &dw[g], &mw[g]);
-      accumulate(full_pairs, u, dw, mw);
-    }
-  }
-  for (int g = 0; g < G; ++g)
-    for (int r = 0; r < R; ++r) y[r * ldy + o0 + g] = _mm512_reduce_add_ps(sum[g][r]);
-}
-
-template <class Dec, int R>
-void int8_stream_rows(const MatrixView& w, int64_t o0, int64_t o1, const PairActivations* act, int64_t nb,
-                      float* y, int64_t ldy) {
-  constexpr int G = R == 1 ? 4 : 2;
-  int64_t o = o0;
-  for (; o + G <= o1; o += G) int8_stream_group<Dec, R, G>(w, o, act, nb, y, ldy);
-  for (; o < o1; ++o) int8_stream_group<Dec, R, 1>(w, o, act, nb, y, ldy);
-}
-
-template <class Dec>
-void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
-                 ThreadPool* pool) {
-  const int64_t nb = w.in / kQK, np = (nb + 1) / 2;
-  auto* act =
-      static_cast<PairActivations*>(thread_scratch(kSlotActivations, sizeof(PairActivations) * rows * np));
-  quantize_pairs(x, rows, ldx, nb, Dec::kOffset, act);
-  parallel_for(pool, w.out, 16, [&](int64_t o0, int64_t o1, int) {
-    switch (rows) {
-      case 1:
-        return int8_stream_rows<Dec, 1>(w, o0, o1, act, nb, y, ldy);
-      case 2:
-        return int8_stream_rows<Dec, 2>(w, o0, o1, act, nb, y, ldy);
-      case 3:
-        return int8_stream_rows<Dec, 3>(w, o0, o1, act, nb, y, ldy);
-      default:
-        return int8_stream_rows<Dec, 4>(w, o0, o1, act, nb, y, ldy);
-    }
-  });
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -441,6 +325,219 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
 }
 
 // ------------------------------------------------------------------------------------------------
+// Int8 family, few activation rows (decode), legacy types: weights streamed straight from their blocks,
+// each byte read once. Batch invariance requires exactly the tile's arithmetic per (row, output): per
+// block the exact integer dot product, then f = fma(float(isum), d_w * d_x, f), then (types with a min)
+// f = fma(m_w, s_x, f), blocks in order. So 16 weight rows are processed at once, one per f32 lane like
+// the tile: vpdpbusd on each row's block pair gives 8 partial sums per block, a reduction tree of
+// unpacks (exact, integers) turns the 16 rows x 2 blocks into two vectors of per-block sums with row j
+// in lane j, and the scales of the 16 rows are gathered into the same layout.
+
+constexpr int kInt8StreamMaxRows = 4;
+constexpr int kStreamRows = 16;
+
+void transpose_16x16(__m512 r[16]);  // F32 family below
+
+struct alignas(64) PairActivations {
+  int8_t q[64];
+  int32_t init[16];  // -offset * (sum of the lane's 4 quants): the weight offset's share of each lane
+  float d[2];        // the two blocks' scales
+  float s[2];        // fp16(d * sum q) of each block (types with a min)
+};
+
+void quantize_pairs(const float* x, int64_t rows, int64_t ldx, int64_t nb, int offset, PairActivations* out) {
+  const int64_t np = (nb + 1) / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p < np; ++p) {
+      PairActivations& pa = out[r * np + p];
+      std::memset(&pa, 0, sizeof pa);  // also zeroes block 1 of an odd tail
+      for (int half = 0; half < 2 && 2 * p + half < nb; ++half) {
+        const QuantizedBlock qb = quantize_block(x + r * ldx + (2 * p + half) * kQK, pa.q + 32 * half);
+        pa.d[half] = qb.d;
+        pa.s[half] = qb.s;
+      }
+      const __m512i lane_sums =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_load_si512(pa.q));
+      _mm512_store_si512(pa.init, _mm512_mullo_epi32(lane_sums, _mm512_set1_epi32(-offset)));
+    }
+  }
+}
+
+// v[j] (j < 16): 16 lanes of partial sums of row j, 4 lanes per quarter (16 elements) of a block pair.
+// Returns the quarter sums with row j in lane j: q[0], q[1] block 0's halves, q[2], q[3] block 1's.
+void reduce_quarter_sums(__m512i v[16], __m512i q[4]) {
+  __m512i t[8], u[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                            _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // 128-bit lane L: quarter L's sums of rows 4i..4i+3
+    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                            _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+  }
+  const __m512i even01 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i even23 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i odd01 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512i odd23 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
+  q[0] = _mm512_shuffle_i32x4(even01, even23, _MM_SHUFFLE(2, 0, 2, 0));
+  q[2] = _mm512_shuffle_i32x4(even01, even23, _MM_SHUFFLE(3, 1, 3, 1));
+  q[1] = _mm512_shuffle_i32x4(odd01, odd23, _MM_SHUFFLE(2, 0, 2, 0));
+  q[3] = _mm512_shuffle_i32x4(odd01, odd23, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// The scales (and mins) of one block pair for 16 weight rows, row j in lane j, in the tile's values.
+struct PairScales {
+  __m512 d[2], d_hi[2], m[2];  // per block of the pair; d_hi with split scales only, m with a min only
+};
+
+// Weight rows [o0, o0 + count) (count <= 16) against R activation rows.
+template <class Dec, int R>
+void int8_stream_group(const MatrixView& w, int64_t o0, int count, const PairActivations* act, int64_t nb,
+                       float* y, int64_t ldy) {
+  const int64_t np = (nb + 1) / 2;
+  const uint8_t* row[kStreamRows];
+  alignas(64) int32_t offsets[kStreamRows];
+  for (int j = 0; j < kStreamRows; ++j) {
+    const int jj = std::min(j, count - 1);  // past the last row, repeat it: computed, not stored
+    row[j] = row_ptr(w, o0 + jj);
+    offsets[j] = static_cast<int32_t>(static_cast<size_t>(jj) * w.row_bytes);
+  }
+  const __m512i vindex = _mm512_load_si512(offsets);
+  const uint8_t* base = row_ptr(w, o0);
+  __m512 f[R];
+  for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
+  // Short rows read 16 at a time: fetch the next 16 rows at the same position (hardware prefetchers
+  // do not ramp up on such short streams).
+  const bool prefetch = o0 + 2 * kStreamRows <= w.out;
+  const size_t ahead = kStreamRows * w.row_bytes;
+
+  // One block pair of all 16 rows: u[j] the levels of row j, sc the scales.
+  auto accumulate = [&](int64_t p, bool two, const __m512i* u, const PairScales& sc) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const PairActivations& a = act[r * np + p];
+      const __m512i init = _mm512_load_si512(a.init), q = _mm512_load_si512(a.q);
+      __m512i acc[kStreamRows], quarter[4];
+#pragma GCC unroll 16
+      for (int j = 0; j < kStreamRows; ++j) acc[j] = _mm512_dpbusd_epi32(init, u[j], q);
+      reduce_quarter_sums(acc, quarter);
+      for (int h = 0; h < (two ? 2 : 1); ++h) {
+        const __m512 dx = _mm512_set1_ps(a.d[h]);
+        if constexpr (Dec::kSplitScales) {
+          f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(quarter[2 * h]), _mm512_mul_ps(sc.d[h], dx), f[r]);
+          f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(quarter[2 * h + 1]), _mm512_mul_ps(sc.d_hi[h], dx), f[r]);
+        } else {
+          const __m512i isum = _mm512_add_epi32(quarter[2 * h], quarter[2 * h + 1]);
+          f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sc.d[h], dx), f[r]);
+        }
+        if constexpr (Dec::kHasMin) f[r] = _mm512_fmadd_ps(sc.m[h], _mm512_set1_ps(a.s[h]), f[r]);
+      }
+    }
+  };
+
+  const int64_t n_groups = (nb + 2 * Dec::kPairsPerGroup - 1) / (2 * Dec::kPairsPerGroup);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const size_t pos = static_cast<size_t>(g) * Dec::kGroupBytes;
+    if (prefetch) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kStreamRows; ++j) {
+        for (size_t off = 0; off < Dec::kGroupBytes; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row[j] + ahead + pos + off), _MM_HINT_T0);
+        if constexpr (Dec::kGroupBytes % 64 != 0)
+          _mm_prefetch(reinterpret_cast<const char*>(row[j] + ahead + pos + Dec::kGroupBytes - 1), _MM_HINT_T0);
+      }
+    }
+    __m512i u[kStreamRows];
+    __m512 unused_scale, unused_min;
+    PairScales sc;
+    if constexpr (Dec::kGroupBlocks == 1) {  // legacy: a group is one block pair
+      const bool two = 2 * g + 1 < nb;
+#pragma GCC unroll 16
+      for (int j = 0; j < kStreamRows; ++j) {
+        if (two) {
+          Dec::pair(Dec::group(row[j], g), 0, &u[j], &unused_scale, &unused_min);
+        } else {
+          Dec::single(row[j], 2 * g, &u[j], &unused_scale, &unused_min);
+        }
+      }
+      // fp16 scale (low half) and min (high half, the "_1" types) at the start of each block.
+      const __m512i h0 = _mm512_i32gather_epi32(vindex, base + pos, 1);
+      const __m512i h1 = two ? _mm512_i32gather_epi32(vindex, base + pos + Dec::kBytes, 1) : h0;
+      sc.d[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h0));
+      sc.d[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h1));
+      if constexpr (Dec::kHasMin) {
+        sc.m[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h0, 16)));
+        sc.m[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h1, 16)));
+      }
+      accumulate(g, two, u, sc);
+    } else {  // K-quants: a group is a super-block of 4 pairs; its scales transposed to row-per-lane
+      typename Dec::Group grp[kStreamRows];
+      __m512 t[kStreamRows];
+#pragma GCC unroll 16
+      for (int j = 0; j < kStreamRows; ++j) {
+        grp[j] = Dec::group(row[j], g);
+        if constexpr (Dec::kSplitScales) {
+          t[j] = grp[j].scales;  // d * scale of each 16 elements
+        } else {
+          t[j] = grp[j].scales_mins;  // 8 scales, 8 negated mins
+        }
+      }
+      transpose_16x16(t);
+#pragma GCC unroll 4
+      for (int k = 0; k < Dec::kPairsPerGroup; ++k) {
+#pragma GCC unroll 16
+        for (int j = 0; j < kStreamRows; ++j) Dec::pair(grp[j], k, &u[j], &unused_scale, &unused_min);
+        for (int h = 0; h < 2; ++h) {
+          const int b = 2 * k + h;  // block within the super-block
+          if constexpr (Dec::kSplitScales) {
+            sc.d[h] = t[2 * b];
+            sc.d_hi[h] = t[2 * b + 1];
+          } else {
+            sc.d[h] = t[b];
+            sc.m[h] = t[8 + b];
+          }
+        }
+        accumulate(g * Dec::kPairsPerGroup + k, true, u, sc);
+      }
+    }
+  }
+  const __mmask16 k = lane_mask_lo(count);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy + o0, k, f[r]);
+}
+
+template <class Dec>
+void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool) {
+  const int64_t nb = w.in / kQK, np = (nb + 1) / 2;
+  auto* act =
+      static_cast<PairActivations*>(thread_scratch(kSlotActivations, sizeof(PairActivations) * rows * np));
+  quantize_pairs(x, rows, ldx, nb, Dec::kOffset, act);
+  const int64_t groups = (w.out + kStreamRows - 1) / kStreamRows;
+  parallel_for(pool, groups, 1, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t o0 = g * kStreamRows;
+      const int count = static_cast<int>(std::min<int64_t>(kStreamRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          int8_stream_group<Dec, 1>(w, o0, count, act, nb, y, ldy);
+          break;
+        case 2:
+          int8_stream_group<Dec, 2>(w, o0, count, act, nb, y, ldy);
+          break;
+        case 3:
+          int8_stream_group<Dec, 3>(w, o0, count, act, nb, y, ldy);
+          break;
+        default:
+          int8_stream_group<Dec, 4>(w, o0, count, act, nb, y, ldy);
+          break;
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
 // F32 family: F32, F16 and BF16 weights, converted exactly to f32.
 
 void convert_f16(const uint16_t* src, float* dst, int64_t n) {
@@ -467,117 +564,6 @@ void convert_row_f32(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
   } else {
     convert_bf16(reinterpret_cast<const uint16_t*>(src), dst, n);
   }
-}
-
-// Loaders of 16 weights as f32, full or masked (tail).
-struct LoadF32 {
-  using T = float;
-  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
-  static __m512 load(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  static __m512 load(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m512 load(const uint16_t* p, __mmask16 k) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
-  }
-};
-struct LoadBF16 {
-  using T = uint16_t;
-  static __m512 widen(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  static __m512 load(const uint16_t* p) {
-    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m512 load(const uint16_t* p, __mmask16 k) { return widen(_mm256_maskz_loadu_epi16(k, p)); }
-};
-
-// F32 family, few activation rows: 4 weight rows x R activation rows of dot products, 16 elements per
-// step. 4R independent accumulators hide the FMA latency even for R = 1.
-// `ahead` (bytes, 0 for none): prefetch that far past each weight row, i.e. the next rows to come.
-template <class L, int R>
-void dot_4xR(const typename L::T* const* wr, const float* x, int64_t ldx, int64_t n, size_t ahead,
-             float* out) {
-  __m512 acc[4][R];
-  for (int j = 0; j < 4; ++j)
-    for (int r = 0; r < R; ++r) acc[j][r] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    __m512 wv[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + k) + ahead, _MM_HINT_T0);
-      wv[j] = L::load(wr[j] + k);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + r * ldx + k);
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) acc[j][r] = _mm512_fmadd_ps(wv[j], xv, acc[j][r]);
-    }
-  }
-  if (k < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1);
-    __m512 wv[4];
-    for (int j = 0; j < 4; ++j) wv[j] = L::load(wr[j] + k, m);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * ldx + k);
-      for (int j = 0; j < 4; ++j) acc[j][r] = _mm512_fmadd_ps(wv[j], xv, acc[j][r]);
-    }
-  }
-  for (int j = 0; j < 4; ++j)
-    for (int r = 0; r < R; ++r) out[j * 4 + r] = _mm512_reduce_add_ps(acc[j][r]);
-}
-
-template <class L>
-void dot_4xR_any(int r, const typename L::T* const* wr, const float* x, int64_t ldx, int64_t n, size_t ahead,
-                 float* out) {
-  switch (r) {
-    case 1:
-      return dot_4xR<L, 1>(wr, x, ldx, n, ahead, out);
-    case 2:
-      return dot_4xR<L, 2>(wr, x, ldx, n, ahead, out);
-    case 3:
-      return dot_4xR<L, 3>(wr, x, ldx, n, ahead, out);
-    default:
-      return dot_4xR<L, 4>(wr, x, ldx, n, ahead, out);
-  }
-}
-
-// Up to this many activation rows the streaming kernel beats building transposed panels (measured on
-// 1536 x 6144: about 8 rows for F32 weights, about 16 when the weights must be converted anyway).
-constexpr int kF32StreamMaxRows = 8;
-constexpr int kConvertedStreamMaxRows = 16;
-
-// Weight rows are read in their own type (converted in registers), 4 at a time, and each group of 4 is
-// reused by every group of 4 activation rows while it is in L1.
-template <class L>
-void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
-                ThreadPool* pool) {
-  const int64_t n = w.in;
-  parallel_for(pool, (w.out + 3) / 4, 4, [&](int64_t g0, int64_t g1, int) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t o = 4 * g;
-      const int nw = static_cast<int>(std::min<int64_t>(4, w.out - o));
-      const typename L::T* wr[4];
-      for (int j = 0; j < 4; ++j) {
-        // Past the last row, repeat row 0: computed, not stored.
-        wr[j] = reinterpret_cast<const typename L::T*>(row_ptr(w, o + (j < nw ? j : 0)));
-      }
-      // While the first activation group passes, prefetch the next 4 weight rows (as in the int8 stream).
-      const size_t ahead = o + 8 <= w.out ? 4 * w.row_bytes : 0;
-      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-        const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
-        float out[16];
-        dot_4xR_any<L>(nr, wr, x + r0 * ldx, ldx, n, r0 == 0 ? ahead : 0, out);
-        for (int j = 0; j < nw; ++j)
-          for (int r = 0; r < nr; ++r) y[(r0 + r) * ldy + o + j] = out[j * 4 + r];
-      }
-    }
-  });
 }
 
 // F32 family, many activation rows: register-blocked GEMM on a transposed f32 panel.
@@ -735,6 +721,91 @@ void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, fl
   });
 }
 
+// F32 family, few activation rows (decode): the tile's arithmetic (per output one FMA chain over k in
+// order, see f32_tile) on weights read straight from their rows. 16 weight rows at a time, one per lane:
+// 16 x 16 blocks are loaded (converted to f32 in registers) and transposed, then each k step is one FMA
+// per activation row with a broadcast activation, exactly as the tile does from its panel.
+
+constexpr int kF32StreamMaxRows = 4;
+
+// Loaders of 16 weights as f32 (masked: the rest zero).
+struct LoadF32 {
+  using T = float;
+  static __m512 load(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p, __mmask16 k) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p)); }
+};
+struct LoadBF16 {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p, __mmask16 k) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+  }
+};
+
+template <class L, int R>
+void f32_stream_group(const MatrixView& w, int64_t o0, int count, const float* x, int64_t ldx, float* y,
+                      int64_t ldy) {
+  using T = typename L::T;
+  const int64_t n = w.in;
+  const T* row[16];
+  for (int j = 0; j < 16; ++j) row[j] = reinterpret_cast<const T*>(row_ptr(w, o0 + std::min(j, count - 1)));
+  const bool prefetch = o0 + 32 <= w.out;
+  const size_t ahead = 16 * w.row_bytes;
+  __m512 c[R];
+  for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < n; k0 += 16) {
+    const int len = static_cast<int>(std::min<int64_t>(16, n - k0));
+    const __mmask16 m = static_cast<__mmask16>((1u << len) - 1);
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row[j] + k0) + ahead, _MM_HINT_T0);
+      t[j] = L::load(row[j] + k0, m);
+    }
+    transpose_16x16(t);
+    if (len == 16) {
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) c[r] = _mm512_fmadd_ps(t[i], _mm512_set1_ps(x[r * ldx + k0 + i]), c[r]);
+      }
+    } else {
+      for (int i = 0; i < len; ++i) {
+        for (int r = 0; r < R; ++r) c[r] = _mm512_fmadd_ps(t[i], _mm512_set1_ps(x[r * ldx + k0 + i]), c[r]);
+      }
+    }
+  }
+  const __mmask16 k = lane_mask_lo(count);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy + o0, k, c[r]);
+}
+
+template <class L>
+void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                ThreadPool* pool) {
+  parallel_for(pool, (w.out + 15) / 16, 1, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t o0 = 16 * g;
+      const int count = static_cast<int>(std::min<int64_t>(16, w.out - o0));
+      switch (rows) {
+        case 1:
+          f32_stream_group<L, 1>(w, o0, count, x, ldx, y, ldy);
+          break;
+        case 2:
+          f32_stream_group<L, 2>(w, o0, count, x, ldx, y, ldy);
+          break;
+        case 3:
+          f32_stream_group<L, 3>(w, o0, count, x, ldx, y, ldy);
+          break;
+        default:
+          f32_stream_group<L, 4>(w, o0, count, x, ldx, y, ldy);
+          break;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
@@ -742,17 +813,12 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
   if (uses_int8_path(w.type)) {
     with_int8_decoder(w.type, [&](auto dec) {
       using Dec = decltype(dec);
-      if (rows <= kInt8StreamMaxRows) {
-        int8_stream<Dec>(w, x, rows, ldx, y, ldy, pool);
-      } else {
-        int8_gemm<Dec>(w, x, rows, ldx, y, ldy, pool);
-      }
+      if (rows <= kInt8StreamMaxRows) return int8_stream<Dec>(w, x, rows, ldx, y, ldy, pool);
+      int8_gemm<Dec>(w, x, rows, ldx, y, ldy, pool);
     });
     return;
   }
-  if (rows > (w.type == GgmlType::F32 ? kF32StreamMaxRows : kConvertedStreamMaxRows)) {
-    return f32_gemm(w, x, rows, ldx, y, ldy, pool);
-  }
+  if (rows > kF32StreamMaxRows) return f32_gemm(w, x, rows, ldx, y, ldy, pool);
   switch (w.type) {
     case GgmlType::F32:
       return f32_stream<LoadF32>(w, x, rows, ldx, y, ldy, pool);
