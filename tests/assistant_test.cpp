@@ -49,6 +49,30 @@ TEST(Assistant, RejectsATargetOfAnotherWidth) {
   EXPECT_THROW(Assistant(*target, *target, nullptr), std::invalid_argument);
 }
 
+// A draft position needs the target keys before it: none at position 0, none beyond the cache,
+// and none the sliding ring has already overwritten.
+TEST(Assistant, RefusesPositionsWhoseKeysAreGone) {
+  auto target = load("tiny-gemma4/tiny-gemma4-f32.gguf");
+  auto asst = load("tiny-gemma4/tiny-gemma4-assistant-f32.gguf");
+  Assistant a(*asst, *target, nullptr);
+  const int window = target->config.sliding_window, ub = 8, len = 200;
+  KvCache kv(target->config, 512, 1, ub, KvType::F32);
+  Forward fwd(*target, nullptr);
+  fwd.ubatch = ub;
+  Batch b;
+  for (int i = 0; i < len; ++i) b.push_back({int32_t(20 + i % 50), i, 0, i == len - 1, i == len - 1});
+  ForwardOutputs out;
+  fwd.run(b, kv, out);
+  std::vector<float> logits(a.n_vocab()), h(out.hidden_of(len - 1), out.hidden_of(len - 1) + a.d_backbone());
+  const int32_t tok = 30, seq = 0;
+  auto step_at = [&](int32_t pos) { a.step(&tok, &pos, &seq, h.data(), 1, kv, logits.data(), nullptr); };
+  EXPECT_NO_THROW(step_at(len));
+  EXPECT_NO_THROW(step_at(len - ub));  // the ring keeps window + ub cells: a rollback of ub is free
+  EXPECT_THROW(step_at(len + 1), std::invalid_argument);
+  EXPECT_THROW(step_at(0), std::invalid_argument);
+  EXPECT_THROW(step_at(len - ub - window), std::invalid_argument);
+}
+
 // Step-1 and step-2 agreement with the target's greedy tokens, the README's training-time metric.
 // Step 1 at every position t of a 256-token chunk reads (x[t+1], h[t]) at position t+1 with the
 // target keys at positions <= t; step 2 reads (x[t+2], step 1's h_next) at the same position.

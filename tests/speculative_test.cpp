@@ -23,6 +23,7 @@
 #include "generate/sampler.h"
 #include "generate/session.h"
 #include "generate/speculative.h"
+#include "generate/speculative_generate.h"
 #include "kernels/thread_pool.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -72,7 +73,7 @@ SpecRun run_spec(Session& s, Drafter* d, const std::vector<int32_t>& prompt, int
   opt.draft_max = draft_max;
   opt.adaptive = adaptive;
   SpeculativeDecoder dec(s, d, opt);
-  return generate_speculative(dec, prompt, n, sampler);
+  return run_speculative(dec, prompt, n, sampler);
 }
 
 std::string collapse_ws(const std::string& s) {
@@ -103,7 +104,7 @@ const char* kReadmeGreedy[3] = {
 
 TEST(Spec, GreedyOutputIsPlainDecodingOnReadmePrompts) {
   Tiny m = load_tiny();
-  ThreadPool pool(2);
+  ThreadPool pool(1);  // decode-sized work: one thread avoids barrier costs on a shared machine
   Session target(*m.target, &pool, session_options());
   auto mtp = make_drafter("mtp", *m.target, {m.assistant.get()}, &pool, session_options());
   auto ngram = make_drafter("ngram", *m.target, {}, &pool, session_options());
@@ -128,7 +129,7 @@ TEST(Spec, GreedyOutputIsPlainDecodingOnReadmePrompts) {
 // near-ties flip in its batched verification), MTP acceptance 63.5 % (draft-max 1), 41.5 % (3).
 TEST(Spec, SlowSpecPromptsIdenticalOutputAndMtpAcceptance) {
   Tiny m = load_tiny();
-  ThreadPool pool(2);
+  ThreadPool pool(1);  // decode-sized work: one thread avoids barrier costs on a shared machine
   Session target(*m.target, &pool, session_options());
   const auto prompts = read_lines(test::testdata("tiny-gemma4/spec-prompts.txt"));
   ASSERT_EQ(prompts.size(), 24u);
@@ -139,11 +140,13 @@ TEST(Spec, SlowSpecPromptsIdenticalOutputAndMtpAcceptance) {
     const char* name;
     Drafter* d;
     int draft_max;
+    bool adaptive = false;
     int identical = 0;
     SpecStats total;
   };
   std::vector<Config> configs = {{"none", nullptr, 0}, {"mtp dm1", mtp.get(), 1}, {"mtp dm3", mtp.get(), 3},
-                                 {"ngram dm3", ngram.get(), 3}, {"mtp+ngram dm3", both.get(), 3}};
+                                 {"ngram dm3", ngram.get(), 3}, {"mtp+ngram dm3", both.get(), 3},
+                                 {"mtp adaptive", mtp.get(), 4, true}};
   double plain_s = 0;
   int plain_tokens = 0;
   for (const std::string& p : prompts) {
@@ -153,7 +156,7 @@ TEST(Spec, SlowSpecPromptsIdenticalOutputAndMtpAcceptance) {
     plain_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     plain_tokens += 64;
     for (Config& c : configs) {
-      const SpecRun r = run_spec(target, c.d, prompt, 64, c.draft_max);
+      const SpecRun r = run_spec(target, c.d, prompt, 64, c.draft_max, nullptr, c.adaptive);
       c.identical += r.tokens == plain;
       c.total.rounds += r.stats.rounds, c.total.drafted += r.stats.drafted, c.total.accepted += r.stats.accepted;
       c.total.generated += r.stats.generated, c.total.total_s += r.stats.total_s;
@@ -175,7 +178,7 @@ TEST(Spec, SlowSpecPromptsIdenticalOutputAndMtpAcceptance) {
 
 TEST(Spec, PromptChunksWithoutOutputsSkipTheSharedTail) {
   Tiny m = load_tiny();
-  ThreadPool pool(2);
+  ThreadPool pool(1);  // decode-sized work: one thread avoids barrier costs on a shared machine
   Session target(*m.target, &pool, session_options(8));
   auto mtp = make_drafter("mtp", *m.target, {m.assistant.get()}, &pool, session_options());
   SpecOptions opt;
@@ -230,13 +233,13 @@ class ScriptedDrafter : public Drafter {
 
 TEST(Spec, RollbackLeavesTheCacheOfAFreshRun) {
   Tiny m = load_tiny();
-  ThreadPool pool(2);
-  const int ub = 8;  // sliding ring of window + 8 cells: 130 tokens wrap it twice
+  ThreadPool pool(1);  // decode-sized work: one thread avoids barrier costs on a shared machine
+  const int ub = 8;  // sliding ring of window + 8 = 72 cells: 100 generated tokens wrap it
   Session target(*m.target, &pool, session_options(ub));
   Session fresh(*m.target, &pool, session_options(64));
   fresh.want_hidden = true;
   const auto prompt = m.encode("Blessed are the");
-  const int n_gen = test::quick_mode() ? 60 : 130;
+  const int n_gen = test::quick_mode() ? 60 : 100;
   std::vector<int32_t> truth = prompt;
   {
     const auto cont = plain_greedy(fresh, prompt, n_gen + 8);
@@ -277,7 +280,7 @@ TEST(Spec, RollbackLeavesTheCacheOfAFreshRun) {
 
 TEST(Spec, DraftModelKeepsItsSessionInStep) {
   Tiny m = load_tiny();
-  ThreadPool pool(2);
+  ThreadPool pool(1);  // decode-sized work: one thread avoids barrier costs on a shared machine
   Session target(*m.target, &pool, session_options());
   auto draft = make_drafter("draft", *m.target, {m.q8.get()}, &pool, session_options());
   for (const char* p : kReadmePrompts) {
@@ -334,11 +337,64 @@ TEST(Spec, AdaptiveLengthFollowsAcceptanceAndCosts) {
     bad.record(k, 0, 1e-3 * k, 1e-3 * (1 + 0.5 * k));
   }
   EXPECT_GE(zeros, 50);
-  EXPECT_LT(bad.acceptance_estimate(), 0.1);
+  EXPECT_LT(bad.acceptance_estimate(), 0.35);
   // Fixed mode ignores measurements.
   DraftLengthController fixed(3, false);
   fixed.record(3, 0, 1, 1);
   EXPECT_EQ(fixed.next(), 3);
+}
+
+// --- generate_speculative: generate()'s contract ---------------------------------------------------
+
+TEST(Spec, GenerateSpeculativeMatchesGenerate) {
+  Tiny m = load_tiny();
+  ThreadPool pool(1);
+  auto mtp = make_drafter("mtp", *m.target, {m.assistant.get()}, &pool, session_options());
+  auto ngram = make_drafter("ngram", *m.target, {}, &pool, session_options());
+  struct Case {
+    const char* prompt;
+    int max_tokens;
+    std::vector<std::string> stop;
+    int n_ctx;
+  };
+  const std::vector<Case> cases = {{"Blessed are the", 48, {"Egypt"}, 512},  // a stop string
+                                   {"And the LORD said unto Moses,", 40, {}, 512},
+                                   {"In the beginning God created", -1, {}, 30}};  // a full context
+  for (const Case& c : cases) {
+    GenerateRequest req;
+    req.prompt = m.encode(c.prompt);
+    req.sampling.temperature = 0;
+    req.max_tokens = c.max_tokens;
+    req.stop = c.stop;
+    SessionOptions so = session_options(8);
+    so.n_ctx = c.n_ctx;
+    Session plain_s(*m.target, &pool, so);
+    const GenerateResult ref = generate(plain_s, m.tok, req);
+    for (Drafter* d : {static_cast<Drafter*>(nullptr), mtp.get(), ngram.get()}) {
+      Session s(*m.target, &pool, so);
+      SpecOptions opt;
+      opt.draft_max = 4;
+      std::string streamed;
+      SpecStats stats;
+      const GenerateResult r = generate_speculative(s, m.tok, req, d, opt, [&](std::string_view piece, int32_t) {
+        streamed += piece;
+        return true;
+      }, &stats);
+      const std::string what = std::string(c.prompt) + " / " + (d ? d->name() : "none");
+      EXPECT_EQ(r.tokens, ref.tokens) << what;
+      EXPECT_EQ(r.text, ref.text) << what;
+      EXPECT_EQ(streamed, ref.text) << what;
+      EXPECT_EQ(r.stats.stop, ref.stats.stop) << what;
+      EXPECT_EQ(r.stats.generated, ref.stats.generated) << what;
+      EXPECT_EQ(r.stats.stop_string, ref.stats.stop_string) << what;
+      // The session is handed back consistent: its cache holds exactly Session::tokens().
+      EXPECT_EQ(s.tokens(), req.prompt) << what;
+      EXPECT_EQ(s.kv().seq_len(0), int(s.tokens().size())) << what;
+      if (d) {
+        EXPECT_GT(stats.drafted, 0) << what;
+      }
+    }
+  }
 }
 
 // --- speculative sampling ----------------------------------------------------------------------------
@@ -461,18 +517,19 @@ TEST(Spec, AcceptanceRuleReproducesTheTargetDistribution) {
 }
 
 // Speculative sampling with the MTP drafter at temperature 1 against the exact target distribution
+// (named Slow: about 10 s in Release, minutes under ASan, which runs the smoke test below instead)
 // of the first two tokens it produces: the first token t1 after the prompt is greedy (so the
 // reference stays small); the next two, (t2, t3), come from one or two verify rounds in which the
 // drafter proposed from its own top-10 softmax. P(t2, t3) = p(t2 | prompt t1) p(t3 | prompt t1 t2).
-TEST(Spec, SamplingKeepsTheTargetDistribution) {
+TEST(Spec, SlowSamplingKeepsTheTargetDistribution) {
   Tiny m = load_tiny();
-  ThreadPool pool(2);
+  ThreadPool pool(1);  // decode-sized work: one thread avoids barrier costs on a shared machine
   Session target(*m.target, &pool, session_options(16));
   Session ref(*m.target, &pool, session_options(16));
   auto mtp = make_drafter("mtp", *m.target, {m.assistant.get()}, &pool, session_options());
   const int V = target.n_vocab();
   const auto prompt = m.encode("And the LORD said unto Moses,");
-  const int n = test::quick_mode() ? 1200 : 4000;
+  const int n = 2500;
 
   // Exact reference.
   std::vector<int32_t> ctx = prompt;
@@ -528,6 +585,36 @@ TEST(Spec, SamplingKeepsTheTargetDistribution) {
   EXPECT_GT(accepted, 0);
   // The test can tell distributions apart: the drafts themselves (drawn from q) fail it.
   EXPECT_LT(control.p, 1e-6);
+}
+
+// Sampling with a truncating sampler chain, penalties and combined drafters runs and keeps its
+// bookkeeping straight (the distribution itself is checked by the Slow test above).
+TEST(Spec, SampledGenerationSmoke) {
+  Tiny m = load_tiny();
+  ThreadPool pool(1);
+  Session target(*m.target, &pool, session_options(8));
+  for (const char* spec : {"mtp", "mtp,ngram", "ngram", "draft"}) {
+    auto d = make_drafter(spec, *m.target, {m.assistant.get(), m.q8.get()}, &pool, session_options());
+    SamplingParams sp;
+    sp.temperature = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.9f;
+    sp.repeat_penalty = 1.1f;
+    sp.seed = 3;
+    Sampler sampler(sp);
+    SpecOptions opt;
+    opt.draft_max = 3;
+    opt.seed = 5;
+    SpeculativeDecoder dec(target, d.get(), opt);
+    const SpecRun r = run_speculative(dec, m.encode("And God remembered Noah, and every"), 40, &sampler);
+    ASSERT_EQ(r.tokens.size(), 40u) << spec;
+    for (int32_t t : r.tokens) EXPECT_TRUE(t >= 0 && t < target.n_vocab()) << spec;
+    EXPECT_GT(r.stats.drafted, 0) << spec;
+    EXPECT_LE(r.stats.accepted, r.stats.drafted) << spec;
+    EXPECT_EQ(r.stats.generated, int64_t(dec.tokens().size() - m.encode("And God remembered Noah, and every").size()));
+    EXPECT_EQ(target.kv().seq_len(0), int(dec.tokens().size()) - 1) << spec;
+    EXPECT_FALSE(sampler.history().empty()) << spec;
+  }
 }
 
 }  // namespace

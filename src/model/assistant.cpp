@@ -81,7 +81,7 @@ CentroidHead bind_centroid_head(const Model& m, int d, int n_vocab) {
 }  // namespace
 
 Assistant::Assistant(const Model& assistant, const Model& target, ThreadPool* pool)
-    : asst_(assistant), target_(target), c_(assistant.config), w_(assistant.weights), pool_(pool) {
+    : target_(target), c_(assistant.config), w_(assistant.weights), pool_(pool) {
   const std::string a_name = assistant.file ? assistant.file->path() : "assistant";
   const std::string t_name = target.file ? target.file->path() : "target";
   const std::string both = a_name + " with target " + t_name + ": ";
@@ -135,8 +135,10 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
   const ModelConfig& tc = target_.config;
   const int d = c_.d_model, db = c_.d_backbone, H = c_.n_head, V = n_vocab();
   const float eps = c_.rms_eps;
-  bool any_sliding = false;
-  for (const auto& L : c_.layers) any_sliding |= L.sliding;
+  // The sliding slot the assistant reads keeps the last capacity() positions of each sequence.
+  int ring = 0;
+  for (int l = 0; l < c_.n_layer; ++l)
+    if (c_.layers[l].sliding) ring = kv.capacity(slot_[l]);
   for (int i = 0; i < n; ++i) {
     const std::string where = "assistant step row " + std::to_string(i) + ": ";
     if (tokens[i] < 0 || tokens[i] >= V) throw std::invalid_argument(where + "token " + std::to_string(tokens[i]) + " outside the vocabulary");
@@ -145,9 +147,9 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
     if (pos[i] < 1 || pos[i] > len)
       throw std::invalid_argument(where + "position " + std::to_string(pos[i]) + " needs target keys at [0, " +
                                   std::to_string(pos[i]) + "), but the target cache holds " + std::to_string(len));
-    if (any_sliding && len - pos[i] > kv.max_ubatch() + 1)
+    if (ring > 0 && std::max(0, pos[i] - tc.sliding_window + 1) < len - ring)
       throw std::invalid_argument(where + "position " + std::to_string(pos[i]) + " lies too far behind the cache end " +
-                                  std::to_string(len) + " for the sliding window ring");
+                                  std::to_string(len) + ": its sliding-window keys were overwritten");
   }
 
   int max_q = 0, max_ff = 0;

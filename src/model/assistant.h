@@ -77,7 +77,6 @@ class Assistant {
   void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
   void head(const float* y, int n, float* logits);
 
-  const Model& asst_;
   const Model& target_;
   const ModelConfig& c_;
   const ModelWeights& w_;
