@@ -18,6 +18,8 @@
 #include "model/forward.h"
 #include "model/generator.h"
 #include "model/model.h"
+#include "generate/speculative.h"
+#include "text/tokenizer.h"
 
 namespace gem4::cli {
 
@@ -101,6 +103,10 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-o,--output", "FMT", "md | json", "md");
   a.value("--svg", "FILE", "write a bar chart of t/s per test and variant");
   a.value("--seed", "N", "seed of the generated model and prompts", "42");
+  a.value("--spec", "LIST", "decoding for -n tests: none, mtp, ngram, draft, or combinations (mtp+ngram); none,mtp runs both", "none");
+  a.value("-md,--model-draft", "FILE", "drafter for --spec: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
+  a.value("--draft-max", "N", "most drafted tokens per round", "3");
+  a.flag("--draft-adaptive", "tune the draft length from acceptance and measured step costs");
   a.flag("--roofline", "measure this machine's int8/bf16/fp32 peaks and read bandwidth; report fractions");
   declare_thread_flag(a);
   if (!a.parse(argc, argv, first)) {
@@ -139,6 +145,10 @@ int cmd_bench(int argc, char** argv, int first) {
   for (const auto& s : switches)
     for (const auto& v : s.values)
       if (v != "0" && v != "1") throw ArgError("bench: --" + s.name + " values must be 0 or 1, got '" + v + "'");
+  const std::vector<std::string> specs = a.list("--spec");
+  for (const auto& sp : specs) generate::parse_spec(sp);  // validates, naming an unknown kind
+  const bool any_spec = specs.size() > 1 || (specs.size() == 1 && specs[0] != "none");
+  switches.push_back({"spec", specs.empty() ? std::vector<std::string>{"none"} : specs});
 
   // The model.
   const auto t_load = Clock::now();
@@ -158,6 +168,8 @@ int cmd_bench(int argc, char** argv, int first) {
     std::fprintf(stderr, "bench: generating a random %s model (%s) in memory...\n", spec.preset.c_str(), ggml_type_name(spec.type));
     model = generate_model(spec, &pool);
   }
+  std::unique_ptr<Model> draft_model;
+  if (a.has("-md")) draft_model = Model::load(a.str("-md"));
   const ParamCount pc = count_params(model->tensors);
   const std::string model_type = describe_type(*model);
   std::fprintf(stderr, "bench: %s ready in %.1f s: %.2f B params, %s; %d threads, ISA %s\n", model_type.c_str(),
@@ -190,12 +202,33 @@ int cmd_bench(int argc, char** argv, int first) {
     variants = next;
   }
 
+  std::vector<int32_t> spec_prompt;
+  if (any_spec) {
+    const bool has_merges = model->file->has("tokenizer.ggml.merges") &&
+                            !model->file->find("tokenizer.ggml.merges")->elems.empty();
+    if (has_merges) {
+      const auto tok = text::Tokenizer::from_gguf(*model->file);
+      spec_prompt = tok.encode(
+          "And God said, Let there be light: and there was light. And God saw the light, that it was good: "
+          "and God divided the light from the darkness. And God called the light Day, and the darkness he "
+          "called Night. And the evening and the morning were the first day.",
+          true, false);
+    } else {
+      // A repetitive prompt (a 32-token phrase four times) that prompt-lookup drafting can exploit.
+      const auto phrase = random_tokens(32, V, uint64_t(a.integer("--seed")) + 3);
+      spec_prompt.push_back(2);
+      for (int k = 0; k < 4; ++k) spec_prompt.insert(spec_prompt.end(), phrase.begin(), phrase.end());
+    }
+  }
+
   std::vector<bench::Result> results;
   const uint64_t seed = uint64_t(a.integer("--seed"));
   const size_t total_runs = tests.size() * variants.size() * size_t(reps);
   size_t done_runs = 0;
   for (const auto& test : tests) {
     for (const auto& variant : variants) {
+      const std::string& spec = variant[4];
+      if (spec != "none" && (test.n_gen == 0 || test.n_prompt > 0)) continue;  // drafting: -n tests only
       Forward fwd(*model, &pool);
       fwd.ubatch = ubatch;
       fwd.switches.prune = variant[0] == "1";
@@ -213,6 +246,7 @@ int cmd_bench(int argc, char** argv, int first) {
       for (size_t i = 0; i < switches.size(); ++i) r.switches.push_back({switches[i].name, variant[i]});
       double flops = 0, tokens = 0, secs_total = 0;
       double mm_macs = 0, mm_secs = 0, gen_bytes = 0, gen_secs = 0;
+      double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
       for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
         kv.clear_all();
         ForwardOutputs out;
@@ -244,12 +278,30 @@ int cmd_bench(int argc, char** argv, int first) {
         }
         const double gen_bytes0 = fwd.stats.weight_bytes;
         const auto t_gen = Clock::now();
-        for (int g = 0; g < n_gen; ++g) {
-          out.clear();
-          fwd.run({{last, pos, 0, true, false}}, kv, out);
-          const float* lg = out.logits.data();
-          last = int32_t(std::max_element(lg, lg + out.n_vocab) - lg);
-          pos++;
+        double spec_ts = 0;
+        if (any_spec && n_gen > 0 && test.n_prompt == 0) {
+          // Speculative (or plain, for spec=none) decoding through one code path, so the rows compare
+          // like with like: a session over the same cache type, a prompt the drafters can work with.
+          SessionOptions so;
+          so.n_ctx = max_ctx + 256, so.ubatch = ubatch, so.kv_type = kv_type, so.switches = fwd.switches;
+          Session session(*model, &pool, so);
+          auto drafter = generate::make_drafter(spec, *model, {draft_model.get()}, &pool, so);
+          generate::SpecOptions sopt;
+          sopt.draft_max = int(a.integer("--draft-max"));
+          sopt.adaptive = a.on("--draft-adaptive");
+          generate::SpeculativeDecoder dec(session, drafter.get(), sopt);
+          const auto run = generate::run_speculative(dec, spec_prompt, n_gen, nullptr);
+          spec_drafted += double(run.stats.drafted), spec_accepted += double(run.stats.accepted);
+          spec_rounds += double(run.stats.draft_rounds);
+          spec_ts = run.stats.decode_tokens_per_s();
+        } else {
+          for (int g = 0; g < n_gen; ++g) {
+            out.clear();
+            fwd.run({{last, pos, 0, true, false}}, kv, out);
+            const float* lg = out.logits.data();
+            last = int32_t(std::max_element(lg, lg + out.n_vocab) - lg);
+            pos++;
+          }
         }
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
         const double gsecs = std::chrono::duration<double>(Clock::now() - t_gen).count();
@@ -257,7 +309,8 @@ int cmd_bench(int argc, char** argv, int first) {
         mm_macs += prompt_macs, mm_secs += prompt_mm_secs;
         if (n_gen > 0) gen_bytes += fwd.stats.weight_bytes - gen_bytes0, gen_secs += gsecs;
         const double n_tok = n_prompt + n_gen;
-        r.samples_ts.push_back(n_tok / secs);
+        // Speculative rows report generation speed without the prompt (as the plain -n rows do).
+        r.samples_ts.push_back(spec_ts > 0 ? spec_ts : n_tok / secs);
         flops += 2.0 * (fwd.stats.matmul_macs + fwd.stats.attention_macs);
         tokens += n_tok;
         secs_total += secs;
@@ -269,6 +322,11 @@ int cmd_bench(int argc, char** argv, int first) {
       r.finish();
       r.flops_per_token = tokens > 0 ? flops / tokens : 0;
       r.gflops = secs_total > 0 ? flops / secs_total / 1e9 : 0;
+      if (any_spec && test.n_gen > 0) {
+        r.extra["spec_drafted"] = spec_drafted;
+        r.extra["spec_acceptance"] = spec_drafted > 0 ? spec_accepted / spec_drafted : 0.0;
+        r.extra["spec_mean_accepted"] = spec_rounds > 0 ? spec_accepted / spec_rounds : 0.0;
+      }
       if (mm_secs > 0) {
         r.extra["prompt_gemm_gmacs"] = mm_macs / mm_secs / 1e9;
         if (peaks.int8_gmacs > 0) r.extra["prompt_gemm_int8_peak_frac"] = mm_macs / mm_secs / 1e9 / peaks.int8_gmacs;
@@ -281,6 +339,15 @@ int cmd_bench(int argc, char** argv, int first) {
     }
   }
 
+  if (any_spec) {
+    for (const auto& r : results) {
+      auto it = r.extra.find("spec_acceptance");
+      if (it == r.extra.end()) continue;
+      std::printf("spec %s %s: acceptance %.1f %% (%.0f drafted), mean accepted length %.2f, %.2f t/s\n",
+                  r.switches.back().second.c_str(), r.test.c_str(), it->second * 100, r.extra.at("spec_drafted"),
+                  r.extra.at("spec_mean_accepted"), r.avg_ts);
+    }
+  }
   if (out_fmt == "json") {
     std::printf("%s\n", bench::json_array(results).c_str());
   } else {

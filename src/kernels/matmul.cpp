@@ -89,6 +89,9 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
             ThreadPool* pool) {
   check_args("matmul", w, x, rows, ldx, y, ldy);
   if (rows == 0 || w.out == 0) return;
+  // Below ~0.5 M multiply-adds (tens of microseconds) waking the other threads costs more than it
+  // saves. Results do not depend on the thread count, so this changes only speed.
+  if (double(w.in) * double(w.out) * double(rows) < double(1 << 19)) pool = nullptr;
   switch (active_isa()) {
     case Isa::Avx512:
       return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);

@@ -24,7 +24,7 @@ void ThreadPool::worker(int index) {
     {
       // Spin briefly before sleeping: ops arrive back to back during a forward pass, and a
       // condition-variable wake-up costs tens of microseconds.
-      for (int spin = 0; spin < 20000; ++spin) {
+      for (int spin = 0; spin < 4000; ++spin) {
         if (__atomic_load_n(&generation_, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&stop_, __ATOMIC_ACQUIRE))
           break;
 #if defined(__x86_64__)
@@ -59,7 +59,7 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   cv_.notify_all();
   fn(0);
   // Wait for the workers: spin first, then sleep.
-  for (int spin = 0; spin < 200000 && pending_.load(std::memory_order_acquire) != 0; ++spin) {
+  for (int spin = 0; spin < 40000 && pending_.load(std::memory_order_acquire) != 0; ++spin) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
