@@ -78,7 +78,7 @@ void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   float mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     x[i] = std::exp(x[i] - mx);

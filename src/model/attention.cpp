@@ -7,24 +7,13 @@
 #include <vector>
 
 #include "kernels/convert.h"
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
 
 namespace gem4 {
 
 namespace {
-
-// Dot product with independent accumulators so the compiler can vectorise it without -ffast-math.
-inline float dot16(const float* a, const float* b, int n) {
-  float acc[16] = {0};
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  float s = 0;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  return s;
-}
 
 inline void axpy(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
@@ -117,13 +106,27 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
       local_scored += int64_t(nk) * group;
       scores.resize(size_t(group) * nk);
       const float* qg = q + int64_t(r) * qw + int64_t(g) * group * hd;
-      for (int j = 0; j < nk; ++j) {
-        const int kp = lo + j;
-        const float* k = sk.k[kp - sk.first] + g * hd;
-        const bool visible = kp >= vis_lo && kp <= p;
-        for (int h = 0; h < group; ++h) {
-          const float sc = dot16(qg + h * hd, k, hd);  // scale 1.0 (spec 2.4 step 4)
-          scores[size_t(h) * nk + j] = visible ? sc : -std::numeric_limits<float>::infinity();
+      // Scores of the group's query heads against every visited key: an f32 matrix product over runs
+      // of keys that sit contiguously in memory (the whole range, except where a sliding ring wraps).
+      // scores is [group][nk].
+      for (int j0 = 0; j0 < nk;) {
+        const int base = lo + j0 - sk.first;
+        int len = 1;
+        while (j0 + len < nk && sk.k[base + len] == sk.k[base] + size_t(len) * width) ++len;
+        MatrixView keys_view;
+        keys_view.type = GgmlType::F32;
+        keys_view.data = sk.k[base] + g * hd;
+        keys_view.in = hd;
+        keys_view.out = len;
+        keys_view.row_bytes = size_t(width) * sizeof(float);
+        matmul(keys_view, qg, group, hd, scores.data() + j0, nk, nullptr);  // scale 1.0 (spec 2.4 step 4)
+        j0 += len;
+      }
+      if (lo < vis_lo || hi > p) {  // without mask cropping: mask what the row may not see
+        for (int j = 0; j < nk; ++j) {
+          const int kp = lo + j;
+          if (kp >= vis_lo && kp <= p) continue;
+          for (int h = 0; h < group; ++h) scores[size_t(h) * nk + j] = -std::numeric_limits<float>::infinity();
         }
       }
       for (int h = 0; h < group; ++h) {
