@@ -1,0 +1,148 @@
+// gem4 chat: an interactive conversation in the terminal (or over a pipe).
+//
+// Each turn renders the whole conversation with the chat format and hands it to Session::set_tokens,
+// which reuses the cached prefix, so a turn processes only what changed: the new user message, and the
+// previous reply (the template writes an earlier model turn without its thought channel and without
+// the empty channel of the generation prompt, so the cache diverges where that turn began). Each turn
+// reports on stderr, in this stable format:
+//   [prompt: N new tokens, M reused] [reply: G tokens, T t/s, stop: REASON]
+// Commands: /reset (forget the conversation, keep the system message), /exit (or end of input).
+// Ctrl-C while the model writes stops that reply (kept as far as it went) and returns to the prompt;
+// Ctrl-C at the prompt exits.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/generation_options.h"
+#include "generate/generate.h"
+#include "kernels/thread_pool.h"
+#include "text/tokenizer.h"
+
+namespace gem4::cli {
+
+namespace {
+
+std::atomic<bool> g_generating{false};
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  if (g_generating.load()) {
+    g_interrupted.store(true);
+    return;
+  }
+  // At the prompt: leave the terminal on a fresh line and quit (only async-signal-safe calls here).
+  const char nl = '\n';
+  (void)!write(STDOUT_FILENO, &nl, 1);
+  _exit(130);
+}
+
+void install_sigint_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv, int first) {
+  Args a("chat",
+         "Interactive multi-turn chat (reads lines from stdin). Commands: /reset, /exit.\n"
+         "Per turn, stderr shows \"[prompt: N new tokens, M reused] [reply: G tokens, T t/s, stop: R]\".");
+  a.value("-m,--model", "FILE", "GGUF model");
+  a.value("--system", "TEXT", "system message");
+  a.flag("--think", "enable thinking (the reasoning is shown dimmed, or on stderr when stdout is not a terminal)");
+  a.flag("--no-bos", "do not start the prompt with BOS");
+  declare_sampling_flags(a);
+  declare_session_flags(a);
+  if (!a.parse(argc, argv, first)) {
+    std::printf("%s", a.help().c_str());
+    return 0;
+  }
+  if (!a.has("-m")) throw ArgError("chat: -m FILE is required");
+  auto model = Model::load(a.str("-m"));
+  const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
+  const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
+  const bool think = a.on("--think");
+  generate::GenerateRequest req;
+  req.sampling = sampling_params(a, *model->file);
+  apply_request_flags(a, req);
+  ThreadPool pool(thread_count(a));
+  Session session(*model, &pool, session_options(a, *model));
+
+  nlohmann::json system_turn = nlohmann::json::array();
+  if (a.has("--system")) system_turn.push_back({{"role", "system"}, {"content", a.str("--system")}});
+  nlohmann::json messages = system_turn;
+
+  const bool interactive = isatty(STDIN_FILENO) == 1;
+  std::fprintf(stderr, "%s\nchat: context %d tokens; /reset starts over, /exit quits%s\n",
+               describe_sampling(req.sampling).c_str(), session.n_ctx(), interactive ? ", Ctrl-C stops a reply" : "");
+  install_sigint_handler();
+  std::string line;
+  while (true) {
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    const std::string input = trim(line);
+    if (input.empty()) continue;
+    if (input == "/exit" || input == "/quit") break;
+    if (input == "/reset") {
+      messages = system_turn;
+      std::fprintf(stderr, "[conversation reset]\n");
+      continue;
+    }
+    messages.push_back({{"role", "user"}, {"content", input}});
+    req.prompt = chat_prompt_tokens(tokenizer, messages, think, add_bos);
+
+    ReplyPrinter printer;
+    g_interrupted.store(false);
+    g_generating.store(true);
+    generate::GenerateResult result;
+    try {
+      result = generate::generate(session, tokenizer, req, [&](std::string_view piece, int32_t) {
+        if (g_interrupted.load()) return false;  // Ctrl-C: stop before printing more
+        printer.push(piece);
+        return true;
+      });
+    } catch (const generate::ContextLengthError& e) {
+      g_generating.store(false);
+      std::fprintf(stderr, "error: %s; /reset starts over\n", e.what());
+      messages.erase(messages.end() - 1);
+      continue;
+    } catch (...) {
+      g_generating.store(false);
+      throw;
+    }
+    g_generating.store(false);
+    printer.finish();
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    const auto& st = result.stats;
+    std::fprintf(stderr, "[prompt: %d new tokens, %d reused] [reply: %d tokens, %.1f t/s, stop: %s]\n",
+                 st.prompt_processed, st.prompt_reused, st.generated, st.generation_tokens_per_s(),
+                 generate::stop_reason_name(st.stop));
+    // The reply as the template will show it next turn: the answer (thoughts are stripped anyway).
+    nlohmann::json reply = {{"role", "assistant"}, {"content", printer.parser().content()}};
+    if (!printer.parser().tool_calls().empty()) reply["tool_calls"] = printer.parser().tool_calls();
+    messages.push_back(std::move(reply));
+  }
+  return 0;
+}
+
+}  // namespace gem4::cli

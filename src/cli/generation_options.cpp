@@ -1,0 +1,160 @@
+#include "cli/generation_options.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include <unistd.h>
+
+#include "text/chat_format.h"
+
+#include "cli/common.h"
+
+namespace gem4::cli {
+
+void declare_session_flags(Args& a) {
+  a.value("-c,--ctx", "N", "context size in tokens", "the model's, at most 4096");
+  a.value("--ubatch", "N", "micro-batch size for prompt processing", "512");
+  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  declare_thread_flag(a);
+  declare_plan_flags(a);
+}
+
+SessionOptions session_options(const Args& a, const Model& model) {
+  SessionOptions o;
+  o.n_ctx = model.config.n_ctx_train > 0 ? std::min(model.config.n_ctx_train, 4096) : 4096;
+  if (a.has("-c")) {
+    const long long n = a.integer("-c");
+    if (n < 1 || n > (1 << 24)) throw ArgError("flag '-c' must be between 1 and 16777216");
+    o.n_ctx = int(n);
+  }
+  const long long ub = a.integer("--ubatch");
+  if (ub < 1) throw ArgError("flag '--ubatch' must be at least 1");
+  o.ubatch = int(std::min<long long>(ub, o.n_ctx));
+  o.kv_type = kv_type_from_name(a.str("--kv-type"));
+  o.switches = plan_switches(a);
+  return o;
+}
+
+void declare_sampling_flags(Args& a) {
+  a.value("-n,--n-predict", "N", "tokens to generate at most (-1: until end of generation or a full context)", "-1");
+  a.value("--temp", "T", "temperature (0: greedy)", "general.sampling.temp, else 1.0");
+  a.value("--top-k", "K", "top-k (0: off)", "general.sampling.top_k, else 64");
+  a.value("--top-p", "P", "top-p (1: off)", "general.sampling.top_p, else 0.95");
+  a.value("--min-p", "P", "min-p (0: off)", "general.sampling.min_p, else 0");
+  a.value("--repeat-penalty", "X", "repetition penalty (1: off)", "general.sampling.penalty_repeat, else 1.0");
+  a.value("--repeat-last-n", "N", "penalty window in tokens (-1: all)", "general.sampling.penalty_last_n, else 64");
+  a.value("--presence-penalty", "X", "presence penalty", "0");
+  a.value("--frequency-penalty", "X", "frequency penalty", "0");
+  a.value("--seed", "N", "random seed", "random");
+  a.value("--stop", "TEXT", "stop when the output contains TEXT (not printed)");
+  a.flag("--ignore-eos", "do not stop at end-of-generation tokens");
+}
+
+generate::SamplingParams sampling_params(const Args& a, const gguf::GgufFile& file) {
+  generate::SamplingParams p;
+  p.temperature = float(file.get_float_or("general.sampling.temp", p.temperature));
+  p.top_k = int32_t(file.get_int_or("general.sampling.top_k", p.top_k));
+  p.top_p = float(file.get_float_or("general.sampling.top_p", p.top_p));
+  p.min_p = float(file.get_float_or("general.sampling.min_p", p.min_p));
+  p.repeat_penalty = float(file.get_float_or("general.sampling.penalty_repeat", p.repeat_penalty));
+  p.repeat_last_n = int32_t(file.get_int_or("general.sampling.penalty_last_n", p.repeat_last_n));
+  if (a.has("--temp")) p.temperature = float(a.number("--temp"));
+  if (a.has("--top-k")) p.top_k = int32_t(a.integer("--top-k"));
+  if (a.has("--top-p")) p.top_p = float(a.number("--top-p"));
+  if (a.has("--min-p")) p.min_p = float(a.number("--min-p"));
+  if (a.has("--repeat-penalty")) p.repeat_penalty = float(a.number("--repeat-penalty"));
+  if (a.has("--repeat-last-n")) p.repeat_last_n = int32_t(a.integer("--repeat-last-n"));
+  p.presence_penalty = float(a.number("--presence-penalty"));
+  p.frequency_penalty = float(a.number("--frequency-penalty"));
+  if (a.has("--seed")) {
+    p.seed = uint64_t(a.integer("--seed"));
+  } else {
+    std::random_device rd;
+    p.seed = (uint64_t(rd()) << 32) ^ rd();
+  }
+  return p;
+}
+
+void apply_request_flags(const Args& a, generate::GenerateRequest& req) {
+  req.max_tokens = int(std::max<long long>(-1, a.integer("-n")));
+  if (a.has("--stop")) req.stop.push_back(a.str("--stop"));
+  req.stop_at_eog = !a.on("--ignore-eos");
+}
+
+std::string describe_sampling(const generate::SamplingParams& p) {
+  char buf[256];
+  std::string s;
+  if (p.temperature <= 0) {
+    s = "sampling: greedy";
+  } else {
+    std::snprintf(buf, sizeof buf, "sampling: temp %.2f, top-k %d, top-p %.3f, min-p %.3f, seed %llu", p.temperature,
+                  p.top_k, p.top_p, p.min_p, (unsigned long long)p.seed);
+    s = buf;
+  }
+  if (p.repeat_penalty != 1.0f) {
+    std::snprintf(buf, sizeof buf, ", repeat-penalty %.2f (last %d)", p.repeat_penalty, p.repeat_last_n);
+    s += buf;
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::snprintf(buf, sizeof buf, ", presence %.2f, frequency %.2f", p.presence_penalty, p.frequency_penalty);
+    s += buf;
+  }
+  return s;
+}
+
+std::vector<int32_t> chat_prompt_tokens(const text::Tokenizer& tokenizer, const nlohmann::json& messages, bool think,
+                                        bool add_bos) {
+  const std::string bos_text = add_bos && tokenizer.bos() >= 0 ? std::string(tokenizer.token_text(tokenizer.bos())) : "";
+  // Replies kept from earlier turns hold tool-call arguments as JSON text; the template wants objects.
+  const std::string prompt = text::render_chat(text::normalize_tool_call_arguments(messages), nullptr,
+                                               /*add_generation_prompt=*/true, think, bos_text);
+  return tokenizer.encode(prompt, /*add_bos=*/false, /*parse_special=*/true);
+}
+
+namespace {
+constexpr const char* kFaint = "\x1b[2m";
+constexpr const char* kNormal = "\x1b[0m";
+void write_out(FILE* f, std::string_view s) {
+  std::fwrite(s.data(), 1, s.size(), f);
+  std::fflush(f);
+}
+}  // namespace
+
+ReplyPrinter::ReplyPrinter() : tty_(isatty(STDOUT_FILENO) == 1) {}
+
+void ReplyPrinter::push(std::string_view piece) { print(parser_.push(piece)); }
+
+void ReplyPrinter::finish() {
+  print(parser_.finish());
+  if (dim_) write_out(stdout, kNormal);
+  dim_ = false;
+}
+
+void ReplyPrinter::print(const text::OutputDelta& d) {
+  if (!d.reasoning.empty()) {
+    reasoned_ = true;
+    if (tty_) {
+      if (!dim_) write_out(stdout, kFaint);
+      dim_ = true;
+      write_out(stdout, d.reasoning);
+    } else {
+      write_out(stderr, d.reasoning);
+    }
+  }
+  if (!d.content.empty() || !d.tool_calls.empty()) {
+    if (dim_) {
+      write_out(stdout, kNormal);
+      dim_ = false;
+    }
+    if (reasoned_) {  // separate the thoughts from the answer
+      write_out(tty_ ? stdout : stderr, "\n");
+      reasoned_ = false;
+    }
+    write_out(stdout, d.content);
+    for (const auto& call : d.tool_calls)
+      write_out(stdout, "\n[tool call] " + call.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+}
+
+}  // namespace gem4::cli

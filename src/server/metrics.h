@@ -1,0 +1,47 @@
+// Server counters, exported at GET /metrics in the Prometheus text format (version 0.0.4).
+// The engine thread counts tokens and engine time; HTTP threads count requests.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace gem4::server {
+
+// A snapshot of the scheduler, taken when /metrics is read.
+struct SchedulerState {
+  int slots = 0;
+  int slots_busy = 0;
+  int queued = 0;
+  int64_t kv_cells_used = 0;   // positions held, summed over slots
+  int64_t kv_cells_total = 0;  // n_ctx * slots
+  size_t kv_bytes = 0;
+};
+
+class Metrics {
+ public:
+  void count_request(const std::string& path, int status);
+  // Engine: one step processed `prompt_rows` prompt tokens and `decode_rows` decode tokens in
+  // `seconds`; the time is split between the two in proportion to the rows.
+  void count_step(int prompt_rows, int decode_rows, double seconds);
+  void count_generated(int n);
+  void count_prompt(int n_prompt, int n_cached);
+  void count_finished(bool ok);
+
+  std::string prometheus(const SchedulerState& s) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;  // (path, status) -> count
+  uint64_t steps_ = 0;
+  uint64_t prompt_tokens_ = 0;        // prompt tokens of admitted requests
+  uint64_t prompt_tokens_cached_ = 0; // of which reused from the cache
+  uint64_t prompt_tokens_processed_ = 0;
+  uint64_t generated_tokens_ = 0;
+  uint64_t decode_rows_ = 0;
+  double prompt_seconds_ = 0, generation_seconds_ = 0;
+  uint64_t generations_ok_ = 0, generations_failed_ = 0;
+};
+
+}  // namespace gem4::server

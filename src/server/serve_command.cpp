@@ -1,0 +1,155 @@
+// gem4 serve: the OpenAI-compatible HTTP server. Loads the model, starts the engine (Scheduler) and
+// the HTTP front (HttpServer), and on SIGTERM/SIGINT drains: new generation requests get 503, the
+// running ones finish (up to --drain-timeout seconds), then it exits with status 0. A second signal
+// stops at once.
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <stdexcept>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "model/model.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "text/tokenizer.h"
+
+namespace gem4::cli {
+
+namespace {
+
+std::string model_name_of(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  return name;
+}
+
+// Waits for SIGINT/SIGTERM (blocked in every thread, so only sigtimedwait sees them), then drains.
+void watch_signals(server::HttpServer& http, std::atomic<bool>& quit, double drain_timeout_s) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (!quit.load()) {
+    if (sigtimedwait(&set, nullptr, &tick) < 0) continue;
+    std::fprintf(stderr, "gem4 serve: shutting down; waiting for %d request(s) to finish\n", http.in_flight());
+    http.begin_drain();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout_s);
+    while (http.in_flight() > 0 && std::chrono::steady_clock::now() < deadline && !quit.load()) {
+      if (sigtimedwait(&set, nullptr, &tick) >= 0) {
+        std::fprintf(stderr, "gem4 serve: second signal, stopping now\n");
+        break;
+      }
+    }
+    http.stop();
+    return;
+  }
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv, int first) {
+  Args a("serve", "OpenAI-compatible HTTP server (chat completions, completions, streaming, continuous batching).");
+  a.value("-m,--model", "FILE", "GGUF model");
+  a.value("--host", "ADDR", "address to listen on", "127.0.0.1");
+  a.value("--port", "N", "TCP port (0: any free port; the chosen one is printed)", "8080");
+  a.value("--parallel", "N", "slots: requests generated at the same time (sequences of the KV cache)", "1");
+  a.value("--ctx", "N", "context length of each slot (default: the model's, at most 4096)");
+  a.value("--api-key", "KEY", "require 'Authorization: Bearer KEY' on every route except /health");
+  a.value("--ubatch", "N", "rows per engine step: decode tokens plus one prompt chunk", "512");
+  a.value("--max-body", "BYTES", "largest request body accepted", "8388608");
+  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  a.value("--alias", "NAME", "model id reported to clients (default: the file name)");
+  a.value("--http-threads", "N", "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
+  a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish", "30");
+  declare_thread_flag(a);
+  declare_plan_flags(a);
+  if (!a.parse(argc, argv, first)) {
+    std::printf("%s", a.help().c_str());
+    return 0;
+  }
+#ifndef GEM4_HAVE_HTTPLIB
+  throw std::runtime_error("serve: gem4 was built without cpp-httplib (install libcpp-httplib-dev and rebuild)");
+#endif
+  if (!a.has("-m")) throw ArgError("serve: -m FILE is required");
+  auto int_flag = [&](const char* name, long long lo, long long hi) {
+    const long long v = a.integer(name);
+    if (v < lo || v > hi)
+      throw ArgError("serve: " + std::string(name) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    return v;
+  };
+  server::SchedulerOptions so;
+  so.slots = int(int_flag("--parallel", 1, 256));
+  so.ubatch = int(int_flag("--ubatch", 1, 8192));
+  so.kv_type = kv_type_from_name(a.str("--kv-type"));
+  so.switches = plan_switches(a);
+  so.threads = thread_count(a);
+  server::HttpOptions ho;
+  ho.host = a.str("--host");
+  ho.port = int(int_flag("--port", 0, 65535));
+  ho.api_key = a.str("--api-key");
+  if (a.has("--api-key") && ho.api_key.empty()) throw ArgError("serve: --api-key must not be empty");
+  ho.max_body = size_t(int_flag("--max-body", 1024, 1ll << 34));
+  // Streaming clients hold a thread each, but only --parallel of them generate at a time; the rest
+  // wait either way. Every thread that ever served a request keeps its stack pages, so the pool is
+  // sized to the slots plus room for probes and queued clients rather than made huge.
+  ho.threads = a.has("--http-threads") ? int(int_flag("--http-threads", 4, 4096)) : 16 + 2 * so.slots;
+  const double drain_timeout = a.number("--drain-timeout");
+  if (!(drain_timeout >= 0)) throw ArgError("serve: --drain-timeout must be >= 0");
+
+  // glibc gives every thread that allocates its own malloc arena; with one connection thread per
+  // client the heap would grow with the number of threads that ever served a request. Two arenas
+  // are plenty: the engine thread allocates little per step, connection threads only JSON.
+  mallopt(M_ARENA_MAX, 2);
+
+  // Signals are handled by one thread with sigtimedwait: block them before any thread starts.
+  signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not kill the server
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto model = Model::load(a.str("-m"));
+  const text::Tokenizer tokenizer = text::Tokenizer::from_gguf(*model->file);
+  const int n_ctx_train = model->config.n_ctx_train > 0 ? model->config.n_ctx_train : 4096;
+  so.n_ctx = a.has("--ctx") ? int(int_flag("--ctx", 2, 1 << 24)) : std::min(n_ctx_train, 4096);
+  if (so.n_ctx > n_ctx_train)
+    std::fprintf(stderr, "gem4 serve: warning: --ctx %d exceeds the model's training context %d\n", so.n_ctx, n_ctx_train);
+
+  server::ServedModel served;
+  served.name = a.has("--alias") ? a.str("--alias") : model_name_of(a.str("-m"));
+  served.n_ctx = so.n_ctx;
+  served.n_vocab = int(model->weights.token_embd.out);
+
+  server::Metrics metrics;
+  server::Scheduler scheduler(*model, tokenizer, so, &metrics);
+  server::HttpServer http(scheduler, tokenizer, metrics, served, ho);
+  const int port = http.bind();
+  std::fprintf(stderr,
+               "gem4 serve: listening on http://%s:%d (model %s, %d slot(s) x %d tokens, ubatch %d, %d compute threads, "
+               "%d connection threads)\n",
+               ho.host.c_str(), port, served.name.c_str(), so.slots, so.n_ctx, so.ubatch, so.threads, ho.threads);
+  std::fflush(stderr);
+
+  std::atomic<bool> quit{false};
+  std::thread signals([&] { watch_signals(http, quit, drain_timeout); });
+  http.serve();
+  quit = true;
+  signals.join();
+  scheduler.stop();
+  std::fprintf(stderr, "gem4 serve: stopped\n");
+  return 0;
+}
+
+}  // namespace gem4::cli

@@ -1,0 +1,209 @@
+// The text front ends through the real `gem4` binary: `gem4 run` (greedy goldens of
+// tiny-gemma4/README.md), `gem4 perplexity` (llama.cpp's figure), and the JSON Lines filters
+// `gem4 tokenize` / `gem4 template` on the public tokenizer goldens (vocab-only GGUF).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "test_util.h"
+
+namespace {
+
+using nlohmann::json;
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Runs `gem4 ARGS` with `input` on stdin; returns the exit code, stdout and stderr.
+struct CommandResult {
+  int rc = -1;
+  std::string out, err;
+};
+CommandResult gem4(const std::string& args, const std::string& input = "") {
+  const std::string base = "/tmp/gem4_cli_text_" + std::to_string(getpid());
+  {
+    std::ofstream f(base + ".in", std::ios::binary);
+    f << input;
+  }
+  const std::string cmd = std::string("'") + GEM4_BINARY + "' " + args + " < '" + base + ".in' > '" + base +
+                          ".out' 2> '" + base + ".err'";
+  CommandResult r;
+  const int status = std::system(cmd.c_str());
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_all(base + ".out");
+  r.err = read_all(base + ".err");
+  for (const char* ext : {".in", ".out", ".err"}) std::remove((base + ext).c_str());
+  return r;
+}
+
+std::string quoted(const std::string& s) {  // for the shell, inside single quotes
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+TEST(CliText, RunGreedyMatchesLlamaCpp) {
+  const std::string model = gem4::test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf");
+  // tiny-gemma4/README.md, greedy continuation of the first prompt (its line breaks are newlines).
+  const std::string want =
+      " his word; and in the earthquake his words;\n"
+      "And said, I will not let the earth be glad, nor be in the earth beneath, and let the earth be moved.\n"
+      "For the earth is full of the heaven";
+  const CommandResult r = gem4("run -m " + quoted(model) + " -p 'In the beginning God created' -n 48 --temp 0 -t 2 -c 512");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, want.size()), want);
+  // Timings on stderr.
+  EXPECT_NE(r.err.find("prompt:     7 tokens (7 processed, 0 reused)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("generation: 48 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(stop: length)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("time to first token:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("peak RSS:"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(KV cache: [0-9.]+ KiB \(f16, 512 tokens\))"))) << r.err;
+
+  // A stop string ends the output before it; --chat wraps the prompt (a longer prompt, no second BOS).
+  const CommandResult stop = gem4("run -m " + quoted(model) + " -p 'In the beginning God created' -n 48 --temp 0 -t 2 --stop earthquake");
+  ASSERT_EQ(stop.rc, 0) << stop.err;
+  EXPECT_EQ(stop.out, " his word; and in the ");
+  EXPECT_NE(stop.err.find("(stop: stop)"), std::string::npos) << stop.err;
+  const CommandResult chat = gem4("run -m " + quoted(model) + " -p 'Hello' -n 4 --temp 0 -t 2 --chat --system 'Be brief.'");
+  ASSERT_EQ(chat.rc, 0) << chat.err;
+  // <bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHello<turn|>\n<|turn>model\n<|channel>thought\n<channel|>
+  EXPECT_NE(chat.err.find("generation: 4 tokens"), std::string::npos) << chat.err;
+  // Errors are reported, not crashes.
+  const CommandResult bad = gem4("run -m " + quoted(model) + " -n 4");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("-p TEXT"), std::string::npos) << bad.err;
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += " the";
+  const CommandResult too_long = gem4("run -m " + quoted(model) + " -c 512 -p '" + long_prompt + "'");
+  EXPECT_EQ(too_long.rc, 1);
+  EXPECT_NE(too_long.err.find("prompt of 601 tokens does not fit the context of 512"), std::string::npos) << too_long.err;
+}
+
+// Perplexity over the whole of valid.txt (181 chunks of 256): llama.cpp gives 33.7321.
+TEST(CliText, PerplexityMatchesLlamaCppSlow) {
+  const std::string model = gem4::test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf");
+  const std::string text = gem4::test::testdata("tiny-gemma4/valid.txt");
+  const CommandResult r = gem4("perplexity -m " + quoted(model) + " -f " + quoted(text) + " -c 256 -t 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(PPL = ([0-9.]+))"))) << r.out;
+  const double ppl = std::stod(m[1]);
+  std::printf("gem4 perplexity, valid.txt, ctx 256: PPL = %.4f (llama.cpp 33.7321)\n", ppl);
+  EXPECT_NEAR(ppl, 33.7321, 33.7321 * 0.005);
+  EXPECT_NE(r.err.find("46465 tokens, 181 chunks of 256"), std::string::npos) << r.err;
+}
+
+TEST(CliText, TokenizeMatchesGoldensWithVocabOnlyFile) {
+  const std::string vocab = gem4::test::testdata("tokenizer/gemma4-vocab.gguf");
+  const auto goldens = lines_of(read_all(gem4::test::testdata("tokenizer/tokenize-public.jsonl")));
+  ASSERT_EQ(goldens.size(), 213u);
+  // The golden lines themselves are valid requests (extra fields are ignored).
+  std::string input;
+  for (const auto& g : goldens) input += g + "\n";
+  const CommandResult r = gem4("tokenize -m " + quoted(vocab) + " --no-bos", input);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto out = lines_of(r.out);
+  ASSERT_EQ(out.size(), goldens.size());
+  for (size_t i = 0; i < goldens.size(); ++i) {
+    const json want = json::parse(goldens[i]);
+    const json got = json::parse(out[i]);
+    EXPECT_EQ(got.value("ids", json()), want["ids"]) << want["name"];
+    EXPECT_EQ(got.value("decoded", json()), want["decoded"]) << want["name"];
+  }
+
+  // With BOS (the vocabulary's default): [2] + ids, and the decoded text starts with "<bos>".
+  const CommandResult b = gem4("tokenize -m " + quoted(vocab), goldens[0] + "\n" + goldens[2] + "\n");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const auto bl = lines_of(b.out);
+  ASSERT_EQ(bl.size(), 2u);
+  const json golden0 = json::parse(goldens[0]);
+  json want_ids = json::array({2});
+  for (const auto& id : golden0["ids"]) want_ids.push_back(id);
+  EXPECT_EQ(json::parse(bl[0])["ids"], want_ids);
+  EXPECT_EQ(json::parse(bl[0])["decoded"], "<bos>" + golden0["decoded"].get<std::string>());
+  EXPECT_EQ(json::parse(bl[1])["ids"], json::array({2}));  // empty text
+}
+
+TEST(CliText, TokenizeReportsMalformedLinesAndContinues) {
+  const std::string vocab = gem4::test::testdata("tokenizer/gemma4-vocab.gguf");
+  const std::string input =
+      "{\"text\": \"Hello world\"}\n"
+      "this is not json\n"
+      "{\"text\": 5}\n"
+      "[\"text\"]\n"
+      "\n"
+      "{\"txt\": \"Hello\"}\n"
+      "{\"text\": \"x\", \"parse_special\": \"yes\"}\n"
+      "{\"text\": \"<|turn>user\\n\", \"parse_special\": true}\n"
+      "{\"text\": \"<|turn>user\\n\"}\n";
+  const CommandResult r = gem4("tokenize -m " + quoted(vocab) + " --no-bos", input);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 9u) << r.out;
+  std::vector<json> j;
+  for (const auto& l : out) j.push_back(json::parse(l));
+  // "Hello world" -> [9259, 1902] (llamacpp-golden-11).
+  EXPECT_EQ(j[0]["ids"], json::array({9259, 1902}));
+  EXPECT_EQ(j[0]["decoded"], "Hello world");
+  for (int i : {1, 2, 3, 4, 5, 6}) {
+    ASSERT_TRUE(j[i].contains("error")) << out[i];
+    EXPECT_EQ(j[i]["error"].get<std::string>().rfind("line " + std::to_string(i + 1) + ":", 0), 0u) << out[i];
+  }
+  EXPECT_NE(j[2]["error"].get<std::string>().find("'text'"), std::string::npos);
+  EXPECT_NE(j[6]["error"].get<std::string>().find("'parse_special'"), std::string::npos);
+  // <|turn> is CONTROL: a token only with parse_special (sp-turn-user goldens: 105 2364 107).
+  EXPECT_EQ(j[7]["ids"], json::array({105, 2364, 107}));
+  EXPECT_NE(j[8]["ids"].size(), 3u);
+  EXPECT_EQ(j[8]["decoded"], "<|turn>user\n");
+}
+
+TEST(CliText, TemplateMatchesGoldensWithVocabOnlyFile) {
+  const std::string vocab = gem4::test::testdata("tokenizer/gemma4-vocab.gguf");
+  const auto goldens = lines_of(read_all(gem4::test::testdata("tokenizer/chat-template-public.jsonl")));
+  ASSERT_EQ(goldens.size(), 3u);
+  std::string input;
+  for (const auto& g : goldens) input += g + "\n";
+  input += "not json\n{\"messages\": []}\n{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}\n";
+  input += "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": 1}\n";
+  input += "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n";
+  const CommandResult r = gem4("template -m " + quoted(vocab) + " --ids", input);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 8u) << r.out;
+  for (size_t i = 0; i < goldens.size(); ++i) {
+    const json want = json::parse(goldens[i]);
+    const json got = json::parse(out[i]);
+    EXPECT_EQ(got.value("rendered", json()), want["rendered"]) << want["name"];
+    EXPECT_EQ(got.value("ids", json()), want["ids"]) << want["name"];
+  }
+  for (size_t i = 3; i < 7; ++i) EXPECT_TRUE(json::parse(out[i]).contains("error")) << out[i];
+  // Defaults: no generation prompt, thinking off, BOS text from the vocabulary.
+  EXPECT_EQ(json::parse(out[7])["rendered"], "<bos><|turn>user\nhi<turn|>\n");
+  // Without --ids only "rendered" is written.
+  const CommandResult plain = gem4("template -m " + quoted(vocab), goldens[0] + "\n");
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  EXPECT_EQ(json::parse(plain.out), json({{"rendered", json::parse(goldens[0])["rendered"]}}));
+}
+
+}  // namespace
