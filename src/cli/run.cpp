@@ -15,6 +15,8 @@
 #include "cli/common.h"
 #include "cli/generation_options.h"
 #include "generate/generate.h"
+#include "generate/speculative.h"
+#include "generate/speculative_generate.h"
 #include "kernels/thread_pool.h"
 #include "text/tokenizer.h"
 
@@ -52,6 +54,10 @@ int cmd_run(int argc, char** argv, int first) {
   a.value("--system", "TEXT", "with --chat: a system message");
   a.flag("--think", "with --chat: enable thinking (the reasoning is shown apart from the answer)");
   a.flag("--no-bos", "do not start the prompt with BOS");
+  a.value("--spec", "KINDS", "speculative decoding: none, mtp, draft, ngram or a combination (mtp,ngram)", "none");
+  a.value("-md,--model-draft", "FILE", "drafter: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
+  a.value("--draft-max", "N", "most drafted tokens per round", "3");
+  a.flag("--draft-adaptive", "tune the draft length from measured acceptance and step costs");
   declare_sampling_flags(a);
   declare_session_flags(a);
   if (!a.parse(argc, argv, first)) {
@@ -86,8 +92,17 @@ int cmd_run(int argc, char** argv, int first) {
   Session session(*model, &pool, opt);
   std::fprintf(stderr, "%s\n", describe_sampling(req.sampling).c_str());
 
+  std::unique_ptr<Model> draft_model;
+  if (a.has("-md")) draft_model = Model::load(a.str("-md"));
+  auto drafter = generate::make_drafter(a.str("--spec"), *model, {draft_model.get()}, &pool, opt);
+  generate::SpecOptions spec_opt;
+  spec_opt.draft_max = int(a.integer("--draft-max"));
+  if (spec_opt.draft_max < 0) throw ArgError("run: --draft-max must be >= 0");
+  spec_opt.adaptive = a.on("--draft-adaptive");
+  spec_opt.seed = req.sampling.seed;
+
   ReplyPrinter printer;
-  const auto result = generate::generate(session, tokenizer, req, [&](std::string_view piece, int32_t) {
+  auto on_piece = [&](std::string_view piece, int32_t) {
     if (chat) {
       printer.push(piece);
     } else {
@@ -95,7 +110,12 @@ int cmd_run(int argc, char** argv, int first) {
       std::fflush(stdout);
     }
     return true;
-  });
+  };
+  generate::SpecStats spec_stats;
+  const auto result = drafter ? generate::generate_speculative(session, tokenizer, req, drafter.get(), spec_opt,
+                                                               on_piece, &spec_stats)
+                              : generate::generate(session, tokenizer, req, on_piece);
+  if (drafter) std::fprintf(stderr, "\nspeculative (%s): %s\n", a.str("--spec").c_str(), spec_stats.summary().c_str());
   if (chat) printer.finish();
   if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
   std::fflush(stdout);
