@@ -6,6 +6,7 @@
 // argmax over the same rendered prompt), computed here.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,25 +17,23 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
-#include <optional>
 #include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "generate/sampler.h"
 #include "generate/session.h"
@@ -69,7 +68,8 @@ class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> args) {
     static std::atomic<int> counter{0};
-    log_path_ = "/tmp/gem4_server_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log";
+    log_path_ =
+        "/tmp/gem4_server_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log";
     std::vector<std::string> argv = {GEM4_BINARY, "serve", "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = fork();
@@ -161,10 +161,10 @@ class ServerProcess {
 struct HttpReply {
   int status = 0;
   std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;                           // de-chunked
-  std::vector<std::string> events;            // SSE "data:" payloads, in order
-  std::vector<double> event_seconds;          // arrival time of each, since the request was sent
-  std::string error;                          // transport problem, empty if none
+  std::string body;                            // de-chunked
+  std::vector<std::string> events;             // SSE "data:" payloads, in order
+  std::vector<double> event_seconds;           // arrival time of each, since the request was sent
+  std::string error;                           // transport problem, empty if none
   json js() const {
     json j = json::parse(body, nullptr, false);
     return j;
@@ -280,7 +280,8 @@ HttpReply http(int port, const std::string& method, const std::string& path, con
                const std::vector<std::string>& headers = {}, double timeout_s = 60,
                const std::function<bool(const std::string&)>& on_event = nullptr) {
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (method == "POST") req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (method == "POST")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   for (const auto& h : headers) req += h + "\r\n";
   req += "\r\n" + body;
   return raw_request(port, req, timeout_s, on_event);
@@ -345,9 +346,9 @@ StreamResult stream_chat(int port, const std::string& path, json body, double ti
 
 struct Reference {
   std::vector<int32_t> prompt;
-  std::string text;     // content after the output parser
+  std::string text;  // content after the output parser
   std::string reasoning;
-  int generated = 0;    // tokens generated (EOG not counted)
+  int generated = 0;  // tokens generated (EOG not counted)
   bool hit_eog = false;
 };
 
@@ -360,7 +361,8 @@ class Library {
   const Model& model() const { return *model_; }
 
   std::vector<int32_t> chat_prompt(const json& messages) const {
-    const std::string text = text::render_chat(text::normalize_tool_call_arguments(messages), json(), true, false);
+    const std::string text =
+        text::render_chat(text::normalize_tool_call_arguments(messages), json(), true, false);
     return tok_.encode(text, false, true);
   }
 
@@ -446,23 +448,48 @@ TEST(ServerTest, ChatMatchesSingleSessionGreedy) {
   // /v1/completions on raw text: BOS + the text, as llama.cpp's completion does. The README of the
   // model gives llama.cpp's greedy continuation of this prompt.
   const Reference ref = lib.greedy(lib.tok().encode("In the beginning God created", true, true), 24, false);
-  const HttpReply c = post(srv.port(), "/v1/completions",
-                           {{"prompt", "In the beginning God created"}, {"max_tokens", 24}, {"temperature", 0}});
+  const HttpReply c =
+      post(srv.port(), "/v1/completions",
+           {{"prompt", "In the beginning God created"}, {"max_tokens", 24}, {"temperature", 0}});
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(c.js()["object"], "text_completion");
   EXPECT_EQ(c.js()["choices"][0]["text"], ref.text);
   EXPECT_EQ(ref.text.rfind(" his word; and in the earthquake his words;", 0), 0u) << ref.text;
-  const StreamResult cs = stream_chat(srv.port(), "/v1/completions",
-                                      {{"prompt", "In the beginning God created"}, {"max_tokens", 24}, {"temperature", 0}});
+  const StreamResult cs =
+      stream_chat(srv.port(), "/v1/completions",
+                  {{"prompt", "In the beginning God created"}, {"max_tokens", 24}, {"temperature", 0}});
   EXPECT_EQ(cs.content, ref.text);
   EXPECT_EQ(cs.finish_reason, "length");
 
   // Token-id prompts and stop strings.
-  const HttpReply ids = post(srv.port(), "/v1/completions",
-                             {{"prompt", ref.prompt}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {"earthquake"}}});
+  const HttpReply ids =
+      post(srv.port(), "/v1/completions",
+           {{"prompt", ref.prompt}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {"earthquake"}}});
   ASSERT_EQ(ids.status, 200) << ids.body;
   EXPECT_EQ(ids.js()["choices"][0]["text"], " his word; and in the ");
   EXPECT_EQ(ids.js()["choices"][0]["finish_reason"], "stop");
+
+  // Sampling with a seed is reproducible, and the sampler's chain matches the library's.
+  const json seeded = {{"messages", user(kPrompts[3])},
+                       {"max_tokens", 24},
+                       {"temperature", 0.9},
+                       {"top_k", 40},
+                       {"top_p", 0.9},
+                       {"min_p", 0.02},
+                       {"seed", 1234}};
+  const HttpReply s1 = post(srv.port(), "/v1/chat/completions", seeded);
+  const HttpReply s2 = post(srv.port(), "/v1/chat/completions", seeded);
+  ASSERT_EQ(s1.status, 200) << s1.body;
+  EXPECT_EQ(s1.js()["choices"][0]["message"]["content"], s2.js()["choices"][0]["message"]["content"]);
+  generate::SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 40;
+  sp.top_p = 0.9f;
+  sp.min_p = 0.02f;
+  sp.seed = 1234;
+  sp.repeat_last_n = -1;
+  EXPECT_EQ(s1.js()["choices"][0]["message"]["content"],
+            lib.greedy(lib.chat_prompt(user(kPrompts[3])), 24, true, &sp).text);
   EXPECT_EQ(srv.stop(), 0) << srv.log();
 }
 
@@ -486,7 +513,8 @@ TEST(ServerTest, ToolCallRoundTrip) {
   const HttpReply t = post(srv.port(), "/apply-template", {{"messages", messages}, {"tools", tools}});
   ASSERT_EQ(t.status, 200) << t.body;
   EXPECT_EQ(t.js()["prompt"], expected);
-  EXPECT_NE(expected.find("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"), std::string::npos)
+  EXPECT_NE(expected.find("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"),
+            std::string::npos)
       << expected;
   EXPECT_NE(expected.find("<|tool_response>response:get_weather"), std::string::npos) << expected;
 
@@ -494,8 +522,9 @@ TEST(ServerTest, ToolCallRoundTrip) {
   {
     const std::vector<int32_t> prompt = lib.tok().encode(expected, false, true);
     const Reference ref = lib.greedy(prompt, 16, true);
-    const HttpReply r = post(srv.port(), "/v1/chat/completions",
-                             {{"messages", messages}, {"tools", tools}, {"max_tokens", 16}, {"temperature", 0}});
+    const HttpReply r =
+        post(srv.port(), "/v1/chat/completions",
+             {{"messages", messages}, {"tools", tools}, {"max_tokens", 16}, {"temperature", 0}});
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.js()["choices"][0]["message"]["content"], ref.text);
     EXPECT_EQ(r.js()["usage"]["prompt_tokens"], int(prompt.size()));
@@ -508,13 +537,15 @@ TEST(ServerTest, ToolCallRoundTrip) {
   const int32_t brace = lib.tok().encode("}", false, false).at(0);
   const int32_t close = *lib.tok().find_token("<tool_call|>");
   const int32_t respond = *lib.tok().find_token("<|tool_response>");
-  const json forced = {{"messages", user("What is the weather in Paris?")},
-                       {"tools", tools},
-                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
-                       {"logit_bias", {{std::to_string(brace), 400}, {std::to_string(close), 200}, {std::to_string(respond), 100}}},
-                       {"presence_penalty", 400},
-                       {"max_tokens", 8},
-                       {"temperature", 0}};
+  const json forced = {
+      {"messages", user("What is the weather in Paris?")},
+      {"tools", tools},
+      {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+      {"logit_bias",
+       {{std::to_string(brace), 400}, {std::to_string(close), 200}, {std::to_string(respond), 100}}},
+      {"presence_penalty", 400},
+      {"max_tokens", 8},
+      {"temperature", 0}};
   const HttpReply r = post(srv.port(), "/v1/chat/completions", forced);
   ASSERT_EQ(r.status, 200) << r.body;
   const json msg = r.js()["choices"][0]["message"];
@@ -541,10 +572,12 @@ TEST(ServerTest, ToolCallRoundTrip) {
   round2.push_back({{"role", "tool"}, {"tool_call_id", msg["tool_calls"][0]["id"]}, {"content", "sunny"}});
   const HttpReply r2 = post(srv.port(), "/apply-template", {{"messages", round2}, {"tools", tools}});
   ASSERT_EQ(r2.status, 200) << r2.body;
-  EXPECT_EQ(r2.js()["prompt"], text::render_chat(text::normalize_tool_call_arguments(round2), tools, true, false));
-  EXPECT_NE(r2.js()["prompt"].get<std::string>().find(
-                "<|tool_call>call:get_weather{}<tool_call|><|tool_response>response:get_weather{value:<|\"|>sunny<|\"|>}"),
-            std::string::npos)
+  EXPECT_EQ(r2.js()["prompt"],
+            text::render_chat(text::normalize_tool_call_arguments(round2), tools, true, false));
+  EXPECT_NE(
+      r2.js()["prompt"].get<std::string>().find("<|tool_call>call:get_weather{}<tool_call|><|tool_response>"
+                                                "response:get_weather{value:<|\"|>sunny<|\"|>}"),
+      std::string::npos)
       << r2.body;
   EXPECT_EQ(srv.stop(), 0);
 }
@@ -562,7 +595,8 @@ TEST(ServerTest, ThinkingSwitchAndReasoningContent) {
     EXPECT_EQ(r.status, 200) << r.body;
     return r.js()["prompt"].get<std::string>();
   };
-  const std::string off = text::render_chat(msgs, json(), true, false), on = text::render_chat(msgs, json(), true, true);
+  const std::string off = text::render_chat(msgs, json(), true, false),
+                    on = text::render_chat(msgs, json(), true, true);
   EXPECT_NE(off, on);
   EXPECT_EQ(rendered(json::object()), off);  // default: thinking off
   EXPECT_EQ(rendered({{"chat_template_kwargs", {{"enable_thinking", true}}}}), on);
@@ -575,7 +609,8 @@ TEST(ServerTest, ThinkingSwitchAndReasoningContent) {
   // (the presence penalty then lets the model write on) and bans "<channel|>" and the end markers,
   // so everything after it is reasoning. The reference is the library's sampler over the same
   // prompt with the same settings.
-  const int32_t channel = *lib.tok().find_token("<|channel>"), channel_end = *lib.tok().find_token("<channel|>");
+  const int32_t channel = *lib.tok().find_token("<|channel>"),
+                channel_end = *lib.tok().find_token("<channel|>");
   generate::SamplingParams sp;
   sp.temperature = 0;
   sp.presence_penalty = 400;
@@ -588,8 +623,12 @@ TEST(ServerTest, ThinkingSwitchAndReasoningContent) {
                      {"max_tokens", 10},
                      {"temperature", 0},
                      {"presence_penalty", 400},
-                     {"logit_bias", {{std::to_string(channel), 400}, {std::to_string(channel_end), -100},
-                                     {"1", -100}, {"6", -100}, {"14", -100}}}};
+                     {"logit_bias",
+                      {{std::to_string(channel), 400},
+                       {std::to_string(channel_end), -100},
+                       {"1", -100},
+                       {"6", -100},
+                       {"14", -100}}}};
   const HttpReply r = post(srv.port(), "/v1/chat/completions", body);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.js()["choices"][0]["message"]["reasoning_content"], ref.reasoning) << r.body;
@@ -618,7 +657,8 @@ bool parse_prometheus_sample(const std::string& line, std::string* name, bool* l
     ++i;
     while (i < line.size() && line[i] != '}') {
       const size_t eq = line.find('=', i);
-      if (eq == std::string::npos || !is_metric_name(line.substr(i, eq - i)) || line.find(':', i) < eq) return false;
+      if (eq == std::string::npos || !is_metric_name(line.substr(i, eq - i)) || line.find(':', i) < eq)
+        return false;
       i = eq + 1;
       if (i >= line.size() || line[i] != '"') return false;
       for (++i; i < line.size() && line[i] != '"'; ++i)
@@ -656,7 +696,8 @@ bool parse_prometheus_sample(const std::string& line, std::string* name, bool* l
 TEST(ServerTest, MetricsIsPrometheusText) {
   ServerProcess srv({"-m", tiny_model(), "--parallel", "2", "-t", "1"});
   ASSERT_TRUE(srv.ok());
-  ASSERT_EQ(post(srv.port(), "/v1/chat/completions", {{"messages", user("Hi")}, {"max_tokens", 5}}).status, 200);
+  ASSERT_EQ(post(srv.port(), "/v1/chat/completions", {{"messages", user("Hi")}, {"max_tokens", 5}}).status,
+            200);
   const HttpReply m = http(srv.port(), "GET", "/metrics");
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.headers.at("content-type").find("text/plain"), std::string::npos);
@@ -672,7 +713,8 @@ TEST(ServerTest, MetricsIsPrometheusText) {
       std::string name, type, extra;
       f >> name >> type;
       EXPECT_TRUE(is_metric_name(name)) << line;
-      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram" || type == "summary" || type == "untyped")
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram" || type == "summary" ||
+                  type == "untyped")
           << line;
       EXPECT_FALSE(f >> extra) << line;
       EXPECT_FALSE(types.count(name)) << "TYPE twice: " << line;
@@ -688,16 +730,18 @@ TEST(ServerTest, MetricsIsPrometheusText) {
       std::string name;
       bool labelled = false;
       double value = 0;
-      ASSERT_TRUE(parse_prometheus_sample(line, &name, &labelled, &value)) << "not Prometheus text: '" << line << "'";
+      ASSERT_TRUE(parse_prometheus_sample(line, &name, &labelled, &value))
+          << "not Prometheus text: '" << line << "'";
       EXPECT_TRUE(types.count(name)) << "sample before its TYPE: " << line;
       if (!labelled) values[name] = value;
       ++samples;
     }
   }
   EXPECT_GT(samples, 10);
-  for (const char* name : {"gem4_prompt_tokens_total", "gem4_generated_tokens_total", "gem4_prompt_tokens_per_second",
-                           "gem4_generation_tokens_per_second", "gem4_requests_queued", "gem4_kv_cache_usage_ratio",
-                           "gem4_kv_cache_used_cells", "gem4_slots_busy"})
+  for (const char* name :
+       {"gem4_prompt_tokens_total", "gem4_generated_tokens_total", "gem4_prompt_tokens_per_second",
+        "gem4_generation_tokens_per_second", "gem4_requests_queued", "gem4_kv_cache_usage_ratio",
+        "gem4_kv_cache_used_cells", "gem4_slots_busy"})
     EXPECT_TRUE(values.count(name)) << name;
   EXPECT_EQ(types["gem4_generated_tokens_total"], "counter");
   EXPECT_EQ(types["gem4_requests_queued"], "gauge");
@@ -705,7 +749,8 @@ TEST(ServerTest, MetricsIsPrometheusText) {
   EXPECT_GT(values["gem4_prompt_tokens_total"], 5);
   EXPECT_GT(values["gem4_generation_tokens_per_second"], 0);
   EXPECT_GT(values["gem4_kv_cache_used_cells"], 0);
-  EXPECT_NE(m.body.find("gem4_http_requests_total{path=\"/v1/chat/completions\",status=\"200\"} 1"), std::string::npos);
+  EXPECT_NE(m.body.find("gem4_http_requests_total{path=\"/v1/chat/completions\",status=\"200\"} 1"),
+            std::string::npos);
   EXPECT_EQ(srv.stop(), 0);
 }
 
@@ -733,28 +778,36 @@ TEST(ServerTest, RejectsMalformedRequests) {
       {"array body", "POST", C, "[1,2]", 400, "", "invalid_type"},
       {"string body", "POST", C, R"("hello")", 400, "", "invalid_type"},
       {"empty body", "POST", C, "", 400, "", "invalid_json"},
-      {"invalid UTF-8", "POST", C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "", "invalid_utf8"},
-      {"overlong UTF-8", "POST", C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc0\xaf\"}]}", 400, "", "invalid_utf8"},
+      {"invalid UTF-8", "POST", C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "",
+       "invalid_utf8"},
+      {"overlong UTF-8", "POST", C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc0\xaf\"}]}", 400, "",
+       "invalid_utf8"},
       {"nested too deep", "POST", C, deep, 400, "", "invalid_json"},
       {"no messages", "POST", C, "{}", 400, "messages", "missing_required_parameter"},
       {"messages not array", "POST", C, R"({"messages":"hi"})", 400, "messages", "invalid_type"},
       {"messages empty", "POST", C, R"({"messages":[]})", 400, "messages", ""},
       {"message not object", "POST", C, R"({"messages":[42]})", 400, "messages[0]", "invalid_type"},
       {"no role", "POST", C, R"({"messages":[{"content":"x"}]})", 400, "messages[0].role", ""},
-      {"role not string", "POST", C, R"({"messages":[{"role":7,"content":"x"}]})", 400, "messages[0].role", "invalid_type"},
-      {"unknown role", "POST", C, R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role", ""},
-      {"content number", "POST", C, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content", "invalid_type"},
+      {"role not string", "POST", C, R"({"messages":[{"role":7,"content":"x"}]})", 400, "messages[0].role",
+       "invalid_type"},
+      {"unknown role", "POST", C, R"({"messages":[{"role":"wizard","content":"x"}]})", 400,
+       "messages[0].role", ""},
+      {"content number", "POST", C, R"({"messages":[{"role":"user","content":5}]})", 400,
+       "messages[0].content", "invalid_type"},
       {"content missing", "POST", C, R"({"messages":[{"role":"user"}]})", 400, "messages[0].content", ""},
-      {"image part", "POST", C, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
-       400, "messages[0].content[0].type", "unsupported_value"},
-      {"text part without text", "POST", C, R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", 400,
-       "messages[0].content[0].text", ""},
+      {"image part", "POST", C,
+       R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", 400,
+       "messages[0].content[0].type", "unsupported_value"},
+      {"text part without text", "POST", C, R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})",
+       400, "messages[0].content[0].text", ""},
       {"model not string", "POST", C, chat(R"("model":5)"), 400, "model", "invalid_type"},
       {"stream not bool", "POST", C, chat(R"("stream":"yes")"), 400, "stream", "invalid_type"},
       {"max_tokens negative", "POST", C, chat(R"("max_tokens":-1)"), 400, "max_tokens", ""},
       {"max_tokens string", "POST", C, chat(R"("max_tokens":"10")"), 400, "max_tokens", "invalid_type"},
-      {"max_tokens beyond context", "POST", C, chat(R"("max_tokens":100000)"), 400, "max_tokens", "context_length_exceeded"},
-      {"max_completion_tokens zero", "POST", C, chat(R"("max_completion_tokens":0)"), 400, "max_completion_tokens", ""},
+      {"max_tokens beyond context", "POST", C, chat(R"("max_tokens":100000)"), 400, "max_tokens",
+       "context_length_exceeded"},
+      {"max_completion_tokens zero", "POST", C, chat(R"("max_completion_tokens":0)"), 400,
+       "max_completion_tokens", ""},
       {"temperature negative", "POST", C, chat(R"("temperature":-1)"), 400, "temperature", ""},
       {"temperature string", "POST", C, chat(R"("temperature":"hot")"), 400, "temperature", "invalid_type"},
       {"top_p above 1", "POST", C, chat(R"("top_p":1.5)"), 400, "top_p", ""},
@@ -766,16 +819,20 @@ TEST(ServerTest, RejectsMalformedRequests) {
       {"stop array of numbers", "POST", C, chat(R"("stop":[1])"), 400, "stop[0]", "invalid_type"},
       {"logit_bias array", "POST", C, chat(R"("logit_bias":[])"), 400, "logit_bias", "invalid_type"},
       {"logit_bias key not id", "POST", C, chat(R"("logit_bias":{"abc":1})"), 400, "logit_bias.abc", ""},
-      {"logit_bias id out of range", "POST", C, chat(R"("logit_bias":{"999999":1})"), 400, "logit_bias.999999", ""},
-      {"logit_bias value string", "POST", C, chat(R"("logit_bias":{"5":"x"})"), 400, "logit_bias.5", "invalid_type"},
+      {"logit_bias id out of range", "POST", C, chat(R"("logit_bias":{"999999":1})"), 400,
+       "logit_bias.999999", ""},
+      {"logit_bias value string", "POST", C, chat(R"("logit_bias":{"5":"x"})"), 400, "logit_bias.5",
+       "invalid_type"},
       {"seed string", "POST", C, chat(R"("seed":"x")"), 400, "seed", "invalid_type"},
-      {"presence_penalty string", "POST", C, chat(R"("presence_penalty":"x")"), 400, "presence_penalty", "invalid_type"},
+      {"presence_penalty string", "POST", C, chat(R"("presence_penalty":"x")"), 400, "presence_penalty",
+       "invalid_type"},
       {"tools not array", "POST", C, chat(R"("tools":"x")"), 400, "tools", "invalid_type"},
       {"tool without name", "POST", C, chat(R"("tools":[{"type":"function","function":{}}])"), 400,
        "tools[0].function.name", ""},
       {"tool_choice unknown", "POST", C, chat(R"("tool_choice":"sometimes")"), 400, "tool_choice", ""},
       {"tool_choice names a missing tool", "POST", C,
-       chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
+       chat(
+           R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
        400, "tool_choice.function.name", ""},
       {"tool_calls not array", "POST", C,
        R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":{}}]})", 400,
@@ -783,23 +840,30 @@ TEST(ServerTest, RejectsMalformedRequests) {
       {"tool call without function", "POST", C,
        R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","type":"function"}]}]})",
        400, "messages[1].tool_calls[0].function", ""},
-      {"reasoning_effort unknown", "POST", C, chat(R"("reasoning_effort":"extreme")"), 400, "reasoning_effort", ""},
-      {"enable_thinking not bool", "POST", C, chat(R"("chat_template_kwargs":{"enable_thinking":"yes"})"), 400,
-       "chat_template_kwargs.enable_thinking", "invalid_type"},
+      {"reasoning_effort unknown", "POST", C, chat(R"("reasoning_effort":"extreme")"), 400,
+       "reasoning_effort", ""},
+      {"enable_thinking not bool", "POST", C, chat(R"("chat_template_kwargs":{"enable_thinking":"yes"})"),
+       400, "chat_template_kwargs.enable_thinking", "invalid_type"},
       {"response_format json_schema", "POST", C, chat(R"("response_format":{"type":"json_schema"})"), 400,
        "response_format.type", "unsupported_value"},
       {"logprobs", "POST", C, chat(R"("logprobs":true)"), 400, "logprobs", "unsupported_value"},
-      {"prompt longer than the context", "POST", C,
-       json({{"messages", user(long_prompt)}}).dump(), 400, "messages", "context_length_exceeded"},
-      {"completion without prompt", "POST", "/v1/completions", "{}", 400, "prompt", "missing_required_parameter"},
-      {"completion prompt number", "POST", "/v1/completions", R"({"prompt":5})", 400, "prompt", "invalid_type"},
-      {"completion token out of range", "POST", "/v1/completions", R"({"prompt":[1,99999]})", 400, "prompt[1]", ""},
-      {"completion two prompts", "POST", "/v1/completions", R"({"prompt":["a","b"]})", 400, "prompt", "unsupported_value"},
-      {"completion echo", "POST", "/v1/completions", R"({"prompt":"a","echo":true})", 400, "echo", "unsupported_value"},
+      {"prompt longer than the context", "POST", C, json({{"messages", user(long_prompt)}}).dump(), 400,
+       "messages", "context_length_exceeded"},
+      {"completion without prompt", "POST", "/v1/completions", "{}", 400, "prompt",
+       "missing_required_parameter"},
+      {"completion prompt number", "POST", "/v1/completions", R"({"prompt":5})", 400, "prompt",
+       "invalid_type"},
+      {"completion token out of range", "POST", "/v1/completions", R"({"prompt":[1,99999]})", 400,
+       "prompt[1]", ""},
+      {"completion two prompts", "POST", "/v1/completions", R"({"prompt":["a","b"]})", 400, "prompt",
+       "unsupported_value"},
+      {"completion echo", "POST", "/v1/completions", R"({"prompt":"a","echo":true})", 400, "echo",
+       "unsupported_value"},
       {"tokenize without content", "POST", "/tokenize", "{}", 400, "content", "missing_required_parameter"},
       {"detokenize negative id", "POST", "/detokenize", R"({"tokens":[-1]})", 400, "tokens[0]", ""},
       {"detokenize not array", "POST", "/detokenize", R"({"tokens":"1 2"})", 400, "tokens", "invalid_type"},
-      {"body over --max-body", "POST", C, chat("\"user\":\"" + std::string(100000, 'a') + "\""), 413, "", "request_too_large"},
+      {"body over --max-body", "POST", C, chat("\"user\":\"" + std::string(100000, 'a') + "\""), 413, "",
+       "request_too_large"},
       {"unknown route", "GET", "/v1/nope", "", 404, "", "not_found"},
       {"GET on a POST route", "GET", C, "", 404, "", "not_found"},
   };
@@ -834,7 +898,8 @@ TEST(ServerTest, RejectsMalformedRequests) {
   // Still healthy, and still right.
   EXPECT_EQ(http(srv.port(), "GET", "/health").status, 200);
   const Reference ref = lib.greedy(lib.chat_prompt(user(kPrompts[0])), 20, true);
-  const HttpReply ok = post(srv.port(), C, {{"messages", user(kPrompts[0])}, {"max_tokens", 20}, {"temperature", 0}});
+  const HttpReply ok =
+      post(srv.port(), C, {{"messages", user(kPrompts[0])}, {"max_tokens", 20}, {"temperature", 0}});
   ASSERT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(ok.js()["choices"][0]["message"]["content"], ref.text);
   EXPECT_EQ(srv.stop(), 0) << srv.log();
@@ -844,11 +909,11 @@ TEST(ServerTest, ApiKey) {
   ServerProcess srv({"-m", tiny_model(), "-t", "1", "--api-key", "sekrit"});
   ASSERT_TRUE(srv.ok());
   const std::string body = json({{"messages", user("Hi")}, {"max_tokens", 2}}).dump();
-  for (const auto& [headers, status] : std::vector<std::pair<std::vector<std::string>, int>>{
-           {{}, 401},
-           {{"Authorization: Bearer wrong"}, 401},
-           {{"Authorization: sekrit"}, 401},
-           {{"Authorization: Bearer sekrit"}, 200}}) {
+  for (const auto& [headers, status] :
+       std::vector<std::pair<std::vector<std::string>, int>>{{{}, 401},
+                                                             {{"Authorization: Bearer wrong"}, 401},
+                                                             {{"Authorization: sekrit"}, 401},
+                                                             {{"Authorization: Bearer sekrit"}, 200}}) {
     const HttpReply r = http(srv.port(), "POST", "/v1/chat/completions", body, headers);
     EXPECT_EQ(r.status, status) << r.body;
     if (status == 401) {
@@ -869,7 +934,8 @@ TEST(ServerTest, TokenizeDetokenize) {
   Library lib(tiny_model());
   ServerProcess srv({"-m", tiny_model(), "-t", "1"});
   ASSERT_TRUE(srv.ok());
-  const HttpReply t = post(srv.port(), "/tokenize", {{"content", "In the beginning God created"}, {"add_special", true}});
+  const HttpReply t =
+      post(srv.port(), "/tokenize", {{"content", "In the beginning God created"}, {"add_special", true}});
   ASSERT_EQ(t.status, 200) << t.body;
   // The model README: <bos> In ▁the ▁beginning ▁God ▁creat ed
   EXPECT_EQ(t.js()["tokens"], json({2, 1294, 349, 2793, 478, 2447, 373}));
@@ -896,8 +962,11 @@ TEST(ServerTest, ClientDisconnectFreesSlot) {
     }
     return -1.0;
   };
-  const json body = {{"messages", user("Blessed are the")}, {"max_tokens", 480}, {"temperature", 0},
-                     {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}}, {"stream", true}};
+  const json body = {{"messages", user("Blessed are the")},
+                     {"max_tokens", 480},
+                     {"temperature", 0},
+                     {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}},
+                     {"stream", true}};
   int seen = 0;
   const HttpReply r = http(srv.port(), "POST", "/v1/chat/completions", body.dump(), {}, 30,
                            [&](const std::string&) { return ++seen < 4; });  // hang up after 3 events
@@ -909,7 +978,9 @@ TEST(ServerTest, ClientDisconnectFreesSlot) {
   // Non-streaming: the client gives up while the server generates.
   std::thread client([&] {
     http(srv.port(), "POST", "/v1/chat/completions",
-         json({{"messages", user("Blessed are the")}, {"max_tokens", 480}, {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}}})
+         json({{"messages", user("Blessed are the")},
+               {"max_tokens", 480},
+               {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}}})
              .dump(),
          {}, 0.3);
   });
@@ -918,7 +989,8 @@ TEST(ServerTest, ClientDisconnectFreesSlot) {
   EXPECT_GE(freed2, 0) << "slot still busy 2 s after the non-streaming client left";
   std::printf("[          ] non-streaming disconnect: slot free after %.3f s\n", freed2);
   // The server still serves.
-  EXPECT_EQ(post(srv.port(), "/v1/chat/completions", {{"messages", user("Hi")}, {"max_tokens", 3}}).status, 200);
+  EXPECT_EQ(post(srv.port(), "/v1/chat/completions", {{"messages", user("Hi")}, {"max_tokens", 3}}).status,
+            200);
   EXPECT_EQ(srv.stop(), 0);
 }
 
@@ -926,22 +998,26 @@ TEST(ServerTest, ClientDisconnectFreesSlot) {
 TEST(ServerTest, SigtermDrainsInFlightRequests) {
   ServerProcess srv({"-m", tiny_model(), "-t", "1"});
   ASSERT_TRUE(srv.ok());
-  const json body = {{"messages", user("Blessed are the")}, {"max_tokens", 200}, {"temperature", 0},
+  const json body = {{"messages", user("Blessed are the")},
+                     {"max_tokens", 200},
+                     {"temperature", 0},
                      {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}}};
   StreamResult s;
   std::atomic<bool> got_first{false};
   std::thread client([&] {
     json b = body;
     b["stream"] = true;
-    const HttpReply r = http(srv.port(), "POST", "/v1/chat/completions", b.dump(), {}, 60, [&](const std::string&) {
-      got_first = true;
-      return true;
-    });
+    const HttpReply r =
+        http(srv.port(), "POST", "/v1/chat/completions", b.dump(), {}, 60, [&](const std::string&) {
+          got_first = true;
+          return true;
+        });
     s.status = r.status;
     for (const auto& e : r.events) {
       if (e == "[DONE]") s.done = true;
       const json c = json::parse(e, nullptr, false);
-      if (c.is_object() && c.contains("choices") && !c["choices"].empty() && !c["choices"][0]["finish_reason"].is_null())
+      if (c.is_object() && c.contains("choices") && !c["choices"].empty() &&
+          !c["choices"][0]["finish_reason"].is_null())
         s.finish_reason = c["choices"][0]["finish_reason"];
     }
   });
@@ -950,7 +1026,8 @@ TEST(ServerTest, SigtermDrainsInFlightRequests) {
   ASSERT_TRUE(got_first);
   kill(srv.pid(), SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const HttpReply refused = post(srv.port(), "/v1/chat/completions", {{"messages", user("Hi")}, {"max_tokens", 2}}, 10);
+  const HttpReply refused =
+      post(srv.port(), "/v1/chat/completions", {{"messages", user("Hi")}, {"max_tokens", 2}}, 10);
   if (refused.error.empty()) {  // (the listener may already be closed)
     EXPECT_EQ(refused.status, 503) << refused.body;
   }
@@ -964,11 +1041,12 @@ TEST(ServerTest, SigtermDrainsInFlightRequests) {
 TEST(ServerTest, PromptProgressEvents) {
   ServerProcess srv({"-m", tiny_model(), "-t", "1", "--ubatch", "16"});
   ASSERT_TRUE(srv.ok());
-  const json body = {{"messages", user("And the LORD said unto Moses, Stretch out thine hand over the sea, that the "
-                                       "waters may come again upon the Egyptians.")},
-                     {"max_tokens", 3},
-                     {"stream", true},
-                     {"return_progress", true}};
+  const json body = {
+      {"messages", user("And the LORD said unto Moses, Stretch out thine hand over the sea, that the "
+                        "waters may come again upon the Egyptians.")},
+      {"max_tokens", 3},
+      {"stream", true},
+      {"return_progress", true}};
   const HttpReply r = http(srv.port(), "POST", "/v1/chat/completions", body.dump());
   ASSERT_EQ(r.status, 200);
   std::vector<json> progress;
@@ -977,7 +1055,8 @@ TEST(ServerTest, PromptProgressEvents) {
     if (c.is_object() && c.contains("prompt_progress")) progress.push_back(c["prompt_progress"]);
   }
   ASSERT_GE(progress.size(), 2u) << r.body;
-  for (size_t i = 1; i < progress.size(); ++i) EXPECT_GT(progress[i]["processed"], progress[i - 1]["processed"]);
+  for (size_t i = 1; i < progress.size(); ++i)
+    EXPECT_GT(progress[i]["processed"], progress[i - 1]["processed"]);
   EXPECT_EQ(progress.back()["processed"], progress.back()["total"]);
   EXPECT_EQ(srv.stop(), 0);
 }
@@ -992,7 +1071,9 @@ TEST(ServerTest, LongPromptDoesNotStallDecoding) {
   std::vector<Clock::time_point> a_times;
   std::atomic<bool> stop_a{false};
   std::thread a([&] {
-    const json body = {{"messages", user("Blessed are the")}, {"max_tokens", 400}, {"stream", true},
+    const json body = {{"messages", user("Blessed are the")},
+                       {"max_tokens", 400},
+                       {"stream", true},
                        {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}}};
     http(srv.port(), "POST", "/v1/chat/completions", body.dump(), {}, 60, [&](const std::string&) {
       std::lock_guard<std::mutex> lock(mu);
@@ -1010,13 +1091,14 @@ TEST(ServerTest, LongPromptDoesNotStallDecoding) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   // 480 prompt tokens: with one decode row per step, 31 per chunk, so 16 engine steps.
-  const std::vector<int32_t> text = lib.tok().encode(read_file(test::testdata("tiny-gemma4/valid.txt")), false, false);
+  const std::vector<int32_t> text =
+      lib.tok().encode(read_file(test::testdata("tiny-gemma4/valid.txt")), false, false);
   std::vector<int32_t> long_prompt(text.begin(), text.begin() + 480);
   const auto b0 = Clock::now();
   Clock::time_point b_first{};
   const HttpReply b = http(srv.port(), "POST", "/v1/completions",
-                           json({{"prompt", long_prompt}, {"max_tokens", 1}, {"stream", true}}).dump(), {}, 60,
-                           [&](const std::string&) {
+                           json({{"prompt", long_prompt}, {"max_tokens", 1}, {"stream", true}}).dump(), {},
+                           60, [&](const std::string&) {
                              if (b_first == Clock::time_point{}) b_first = Clock::now();
                              return true;
                            });
@@ -1025,7 +1107,8 @@ TEST(ServerTest, LongPromptDoesNotStallDecoding) {
   ASSERT_EQ(b.status, 200);
   int during = 0;
   for (const auto& t : a_times) during += t > b0 && t < b_first;
-  std::printf("[          ] tokens streamed to the other client while a 480-token prompt was processed: %d\n", during);
+  std::printf("[          ] tokens streamed to the other client while a 480-token prompt was processed: %d\n",
+              during);
   EXPECT_GE(during, 8);  // one big prefill step would have allowed about 1
   EXPECT_EQ(srv.stop(), 0);
 }
@@ -1038,11 +1121,13 @@ struct LoadResult {
   int errors = 0, wrong = 0, completed = 0;
 };
 
-LoadResult run_load(const std::vector<Reference>& refs, int parallel, int clients, int requests_each, int max_tokens) {
+LoadResult run_load(const std::vector<Reference>& refs, int parallel, int clients, int requests_each,
+                    int max_tokens) {
   ServerProcess srv({"-m", tiny_model(), "-t", "1", "--parallel", std::to_string(parallel)});
   LoadResult res;
   if (!srv.ok()) return res;
-  post(srv.port(), "/v1/chat/completions", {{"messages", user(kPrompts[0])}, {"max_tokens", max_tokens}, {"temperature", 0}});
+  post(srv.port(), "/v1/chat/completions",
+       {{"messages", user(kPrompts[0])}, {"max_tokens", max_tokens}, {"temperature", 0}});
   res.rss_first_kib = srv.status_kib("VmRSS");
   res.anon_first_kib = srv.status_kib("RssAnon");
   std::atomic<int> errors{0}, wrong{0}, completed{0}, tokens{0};
@@ -1052,14 +1137,16 @@ LoadResult run_load(const std::vector<Reference>& refs, int parallel, int client
     threads.emplace_back([&, c] {
       for (int k = 0; k < requests_each; ++k) {
         const int p = (c + k) % int(kPrompts.size());
-        const StreamResult s = stream_chat(srv.port(), "/v1/chat/completions",
-                                           {{"messages", user(kPrompts[p])}, {"max_tokens", max_tokens}, {"temperature", 0}}, 120);
+        const StreamResult s = stream_chat(
+            srv.port(), "/v1/chat/completions",
+            {{"messages", user(kPrompts[p])}, {"max_tokens", max_tokens}, {"temperature", 0}}, 120);
         if (s.status != 200 || !s.error.empty() || !s.done) {
           if (errors++ < 3) ADD_FAILURE() << "request failed: status " << s.status << " " << s.error;
           continue;
         }
         if (s.content != refs[p].text) {
-          if (wrong++ < 3) ADD_FAILURE() << "prompt " << p << ": got '" << s.content << "' want '" << refs[p].text << "'";
+          if (wrong++ < 3)
+            ADD_FAILURE() << "prompt " << p << ": got '" << s.content << "' want '" << refs[p].text << "'";
         }
         tokens += s.usage.value("completion_tokens", 0);
         completed++;
@@ -1104,15 +1191,18 @@ TEST(ServerTest, LoadSixteenStreamingClients) {
     if (round == 0) first4 = p4;
     best4 = std::max(best4, p4.tokens_per_s);
     best1 = std::max(best1, p1.tokens_per_s);
-    std::printf("[          ] round %d: --parallel 4: %.1f tok/s, --parallel 1: %.1f tok/s (ratio %.2f)\n", round,
-                p4.tokens_per_s, p1.tokens_per_s, p1.tokens_per_s > 0 ? p4.tokens_per_s / p1.tokens_per_s : 0.0);
+    std::printf("[          ] round %d: --parallel 4: %.1f tok/s, --parallel 1: %.1f tok/s (ratio %.2f)\n",
+                round, p4.tokens_per_s, p1.tokens_per_s,
+                p1.tokens_per_s > 0 ? p4.tokens_per_s / p1.tokens_per_s : 0.0);
     if (best4 > best1 || kSanitized || HasFailure()) break;
   }
   const LoadResult& r = first4;
-  std::printf("[          ] RSS after the first request %ld KiB, after %d requests %ld KiB (%+.1f %%); "
-              "RssAnon %ld -> %ld KiB\n",
-              r.rss_first_kib, clients * each, r.rss_end_kib,
-              100.0 * (r.rss_end_kib - r.rss_first_kib) / std::max(1L, r.rss_first_kib), r.anon_first_kib, r.anon_end_kib);
+  std::printf(
+      "[          ] RSS after the first request %ld KiB, after %d requests %ld KiB (%+.1f %%); "
+      "RssAnon %ld -> %ld KiB\n",
+      r.rss_first_kib, clients * each, r.rss_end_kib,
+      100.0 * (r.rss_end_kib - r.rss_first_kib) / std::max(1L, r.rss_first_kib), r.anon_first_kib,
+      r.anon_end_kib);
   if (kSanitized) return;
   EXPECT_GT(best4, best1);
   EXPECT_GT(r.rss_first_kib, 0);
@@ -1124,12 +1214,13 @@ TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
   Library lib(tiny_model());
   const std::string model = "/tmp/gem4_server_test_ctx4096_" + std::to_string(getpid()) + ".gguf";
   {
-    const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " + tiny_model() +
-                            " -t 1 -o " + model + " 2>/dev/null";
+    const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " +
+                            tiny_model() + " -t 1 -o " + model + " 2>/dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   // Token prompts cut from held-out KJV text.
-  const std::vector<int32_t> text = lib.tok().encode(read_file(test::testdata("tiny-gemma4/valid.txt")), false, false);
+  const std::vector<int32_t> text =
+      lib.tok().encode(read_file(test::testdata("tiny-gemma4/valid.txt")), false, false);
   ASSERT_GT(text.size(), 12000u);
   auto prompt = [&](size_t prefix_at, size_t suffix_at) {
     std::vector<int32_t> p = {lib.tok().bos()};
@@ -1142,8 +1233,9 @@ TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
   // Force a plain first token (" the") so the first streamed chunk always carries text.
   const int32_t the = lib.tok().encode(" the", false, false).at(0);
   auto request = [&](const std::vector<int32_t>& p) {
-    return stream_chat(srv.port(), "/v1/completions",
-                       {{"prompt", p}, {"max_tokens", 2}, {"temperature", 0}, {"logit_bias", {{std::to_string(the), 100}}}});
+    return stream_chat(
+        srv.port(), "/v1/completions",
+        {{"prompt", p}, {"max_tokens", 2}, {"temperature", 0}, {"logit_bias", {{std::to_string(the), 100}}}});
   };
   double cold = 1e9, warm = 1e9;
   int min_cached = 1 << 30;
@@ -1160,8 +1252,10 @@ TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
     min_cached = std::min(min_cached, second.usage["prompt_tokens_details"]["cached_tokens"].get<int>());
     EXPECT_EQ(second.usage["prompt_tokens"], 1013);
   }
-  std::printf("[          ] time to first token: %.1f ms cold, %.1f ms with a cached 1,000-token prefix (ratio %.1fx)\n",
-              cold * 1e3, warm * 1e3, cold / warm);
+  std::printf(
+      "[          ] time to first token: %.1f ms cold, %.1f ms with a cached 1,000-token prefix (ratio "
+      "%.1fx)\n",
+      cold * 1e3, warm * 1e3, cold / warm);
   EXPECT_GE(min_cached, 990);
   EXPECT_LT(warm, cold);
 
@@ -1171,7 +1265,9 @@ TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
   const std::vector<int32_t> pa = prompt(10000, 300), pb = prompt(10000, 400);
   std::atomic<bool> a_running{false}, b_done{false};
   std::thread a([&] {
-    const json body = {{"prompt", pa}, {"max_tokens", 600}, {"stream", true},
+    const json body = {{"prompt", pa},
+                       {"max_tokens", 600},
+                       {"stream", true},
                        {"logit_bias", {{"1", -100}, {"6", -100}, {"14", -100}}}};
     http(srv.port(), "POST", "/v1/completions", body.dump(), {}, 60, [&](const std::string&) {
       a_running = true;
@@ -1181,7 +1277,8 @@ TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
   const auto t0 = Clock::now();
   while (!a_running && seconds_since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_TRUE(a_running);
-  const HttpReply b = post(srv.port(), "/v1/completions", {{"prompt", pb}, {"max_tokens", 8}, {"temperature", 0}});
+  const HttpReply b =
+      post(srv.port(), "/v1/completions", {{"prompt", pb}, {"max_tokens", 8}, {"temperature", 0}});
   b_done = true;
   a.join();
   ASSERT_EQ(b.status, 200) << b.body;
@@ -1197,10 +1294,10 @@ TEST(ServerTest, OpenAINodeClient) {
   const std::string bin = GEM4_BINARY;
   const std::string build = bin.substr(0, bin.rfind("/bin/"));
   const std::string dir = build + "/node-openai";
-  struct stat st{};
+  struct stat st {};
   if (stat((dir + "/node_modules/openai/package.json").c_str(), &st) != 0) {
-    const std::string cmd = "timeout 300 npm install --prefix " + dir + " openai --no-audit --no-fund --loglevel=error >" +
-                            dir + ".log 2>&1";
+    const std::string cmd = "timeout 300 npm install --prefix " + dir +
+                            " openai --no-audit --no-fund --loglevel=error >" + dir + ".log 2>&1";
     std::system(("mkdir -p " + dir).c_str());
     ASSERT_EQ(std::system(cmd.c_str()), 0) << "npm install failed:\n" << read_file(dir + ".log");
   }
@@ -1215,7 +1312,8 @@ TEST(ServerTest, OpenAINodeClient) {
       {"max_tokens", 24},
       {"tool",
        {{"messages", user("What is the weather in Paris?")},
-        {"tools", json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+        {"tools",
+         json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
             "properties":{"city":{"type":"string"}}}}}])")},
         {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
         {"logit_bias", {{std::to_string(brace), 400}, {"11", 200}, {"14", 100}}},

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,8 +18,6 @@
 #include <ctime>
 #include <set>
 #include <thread>
-
-#include <httplib.h>
 
 #include "text/detokenizer.h"
 
@@ -94,8 +93,16 @@ void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status, error_json(e));
 }
 
-const std::set<std::string> kRoutes = {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions",
-                                       "/v1/models", "/models", "/health", "/metrics", "/tokenize", "/detokenize",
+const std::set<std::string> kRoutes = {"/v1/chat/completions",
+                                       "/chat/completions",
+                                       "/v1/completions",
+                                       "/completions",
+                                       "/v1/models",
+                                       "/models",
+                                       "/health",
+                                       "/metrics",
+                                       "/tokenize",
+                                       "/detokenize",
                                        "/apply-template"};
 
 // What a streaming response needs after its handler returned (the provider runs later, on the same
@@ -143,25 +150,32 @@ struct HttpServer::Impl {
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
       std::string key = req.get_header_value("Authorization");
-      if (key.rfind("Bearer ", 0) == 0) key = key.substr(7);
-      else if (key.empty()) key = req.get_header_value("X-Api-Key");
-      else key.clear();
+      if (key.rfind("Bearer ", 0) == 0)
+        key = key.substr(7);
+      else if (key.empty())
+        key = req.get_header_value("X-Api-Key");
+      else
+        key.clear();
       if (key == opt.api_key) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, ApiError(401, key.empty() ? "missing API key (send 'Authorization: Bearer KEY')" : "invalid API key",
+      send_error(res, ApiError(401,
+                               key.empty() ? "missing API key (send 'Authorization: Bearer KEY')"
+                                           : "invalid API key",
                                "", "invalid_api_key", "authentication_error"));
       return httplib::Server::HandlerResponse::Handled;
     });
     // Errors httplib produces itself (unknown route, oversized body, malformed HTTP) get a JSON body.
-    httplib::Server::HandlerWithResponse on_error = [this](const httplib::Request& req, httplib::Response& res) {
+    httplib::Server::HandlerWithResponse on_error = [this](const httplib::Request& req,
+                                                           httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       if (res.status == 404) {
-        send_error(res, ApiError(404, "no route for " + req.method + " " + req.path, "", "not_found", "not_found_error"));
+        send_error(res, ApiError(404, "no route for " + req.method + " " + req.path, "", "not_found",
+                                 "not_found_error"));
       } else if (res.status == 413) {
-        send_error(res, ApiError(413, "the request body exceeds " + std::to_string(opt.max_body) + " bytes", "",
-                                 "request_too_large"));
+        send_error(res, ApiError(413, "the request body exceeds " + std::to_string(opt.max_body) + " bytes",
+                                 "", "request_too_large"));
       } else {
-        send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status) + " for " + req.method + " " +
-                                                  req.path));
+        send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status) + " for " +
+                                                 req.method + " " + req.path));
       }
       return httplib::Server::HandlerResponse::Handled;
     };
@@ -204,8 +218,10 @@ struct HttpServer::Impl {
   // ---- simple routes ----
 
   void health(const httplib::Request&, httplib::Response& res) {
-    if (draining) send_json(res, 503, {{"status", "shutting down"}});
-    else send_json(res, 200, {{"status", "ok"}});
+    if (draining)
+      send_json(res, 503, {{"status", "shutting down"}});
+    else
+      send_json(res, 200, {{"status", "ok"}});
   }
 
   void models(const httplib::Request&, httplib::Response& res) {
@@ -229,11 +245,13 @@ struct HttpServer::Impl {
     auto flag = [&](const char* key, bool def) {
       auto it = body.find(key);
       if (it == body.end() || it->is_null()) return def;
-      if (!it->is_boolean()) throw ApiError(400, std::string("'") + key + "' must be a boolean", key, "invalid_type");
+      if (!it->is_boolean())
+        throw ApiError(400, std::string("'") + key + "' must be a boolean", key, "invalid_type");
       return it->get<bool>();
     };
     auto it = body.find("content");
-    if (it == body.end()) throw ApiError(400, "'content' is required", "content", "missing_required_parameter");
+    if (it == body.end())
+      throw ApiError(400, "'content' is required", "content", "missing_required_parameter");
     if (!it->is_string()) throw ApiError(400, "'content' must be a string", "content", "invalid_type");
     const bool add_special = flag("add_special", false), parse_special = flag("parse_special", true);
     const bool with_pieces = flag("with_pieces", false);
@@ -241,8 +259,10 @@ struct HttpServer::Impl {
         tokenizer.encode(it->get<std::string>(), add_special && tokenizer.bos() >= 0, parse_special);
     json tokens = json::array();
     for (int32_t id : ids) {
-      if (with_pieces) tokens.push_back({{"id", id}, {"piece", tokenizer.token_piece(id)}});
-      else tokens.push_back(id);
+      if (with_pieces)
+        tokens.push_back({{"id", id}, {"piece", tokenizer.token_piece(id)}});
+      else
+        tokens.push_back(id);
     }
     send_json(res, 200, {{"tokens", tokens}});
   }
@@ -252,13 +272,16 @@ struct HttpServer::Impl {
     if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_type");
     auto it = body.find("tokens");
     if (it == body.end()) throw ApiError(400, "'tokens' is required", "tokens", "missing_required_parameter");
-    if (!it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens", "invalid_type");
+    if (!it->is_array())
+      throw ApiError(400, "'tokens' must be an array of token ids", "tokens", "invalid_type");
     std::vector<int32_t> ids;
     for (size_t i = 0; i < it->size(); ++i) {
       const json& t = (*it)[i];
       const std::string param = "tokens[" + std::to_string(i) + "]";
-      if (!t.is_number_integer()) throw ApiError(400, "'" + param + "' must be a token id", param, "invalid_type");
-      const int64_t id = t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : t.get<int64_t>();
+      if (!t.is_number_integer())
+        throw ApiError(400, "'" + param + "' must be a token id", param, "invalid_type");
+      const int64_t id =
+          t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : t.get<int64_t>();
       if (id < 0 || id >= model.n_vocab)
         throw ApiError(400, "token id " + t.dump() + " is outside the vocabulary", param, "invalid_value");
       ids.push_back(int32_t(id));
@@ -279,9 +302,11 @@ struct HttpServer::Impl {
   void completion(const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }
 
   void generate(const httplib::Request& req, httplib::Response& res, bool is_chat) {
-    if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "unavailable_error");
+    if (draining)
+      throw ApiError(503, "the server is shutting down", "", "shutting_down", "unavailable_error");
     const json body = parse_body(req.body);
-    ApiRequest ar = is_chat ? parse_chat_request(body, tokenizer, model) : parse_completion_request(body, tokenizer, model);
+    ApiRequest ar = is_chat ? parse_chat_request(body, tokenizer, model)
+                            : parse_completion_request(body, tokenizer, model);
     // Reject sampling settings the sampler refuses before the request takes a slot.
     try {
       generate::Sampler check(ar.gen.sampling);
@@ -330,8 +355,8 @@ struct HttpServer::Impl {
     }
   }
 
-  void stream(httplib::Response& res, std::shared_ptr<Job> job, bool is_chat, bool include_usage, const std::string& id,
-              int64_t created, int fd) {
+  void stream(httplib::Response& res, std::shared_ptr<Job> job, bool is_chat, bool include_usage,
+              const std::string& id, int64_t created, int fd) {
     auto st = std::make_shared<StreamState>();
     st->job = std::move(job);
     st->chat = is_chat;
@@ -349,7 +374,8 @@ struct HttpServer::Impl {
           if (!st->started) {
             st->started = true;
             if (st->chat)
-              out += sse(chat_chunk(st->id, st->created, st->model, {{"role", "assistant"}, {"content", ""}}, nullptr));
+              out += sse(chat_chunk(st->id, st->created, st->model, {{"role", "assistant"}, {"content", ""}},
+                                    nullptr));
           }
           const auto events = st->job->take(std::chrono::milliseconds(50));
           for (const GenerationEvent& e : events) out += format_event(*st, e);
@@ -391,7 +417,8 @@ struct HttpServer::Impl {
       case GenerationEvent::Kind::kDone:
         st.finished = true;
         if (e.finish == FinishReason::kError || e.finish == FinishReason::kCancelled) {
-          out += sse(error_json(ApiError(500, "generation failed: " + (e.error.empty() ? "cancelled" : e.error))));
+          out += sse(
+              error_json(ApiError(500, "generation failed: " + (e.error.empty() ? "cancelled" : e.error))));
         } else {
           const char* reason = finish_reason_name(e.finish);
           out += sse(st.chat ? chat_chunk(st.id, st.created, st.model, json::object(), reason)
@@ -405,8 +432,8 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(Scheduler& scheduler, const text::Tokenizer& tokenizer, Metrics& metrics, ServedModel model,
-                       HttpOptions options)
+HttpServer::HttpServer(Scheduler& scheduler, const text::Tokenizer& tokenizer, Metrics& metrics,
+                       ServedModel model, HttpOptions options)
     : impl_(std::make_unique<Impl>(scheduler, tokenizer, metrics, std::move(model), std::move(options))) {}
 
 HttpServer::~HttpServer() = default;
@@ -434,7 +461,8 @@ void HttpServer::stop() {
   // httplib's stop() does nothing until the accept loop runs: a signal that arrives right after
   // bind() must wait for serve() to get there.
   impl_->stopping = true;
-  while (!impl_->svr.is_running() && !impl_->serve_returned) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (!impl_->svr.is_running() && !impl_->serve_returned)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   impl_->svr.stop();
 }
 
@@ -448,7 +476,9 @@ struct HttpServer::Impl {};
 
 HttpServer::HttpServer(Scheduler&, const text::Tokenizer&, Metrics&, ServedModel, HttpOptions) {}
 HttpServer::~HttpServer() = default;
-int HttpServer::bind() { throw std::runtime_error("serve: gem4 was built without cpp-httplib (install libcpp-httplib-dev)"); }
+int HttpServer::bind() {
+  throw std::runtime_error("serve: gem4 was built without cpp-httplib (install libcpp-httplib-dev)");
+}
 void HttpServer::serve() {}
 void HttpServer::begin_drain() {}
 int HttpServer::in_flight() const { return 0; }

@@ -4,11 +4,16 @@ namespace gem4::server {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kToolCalls: return "tool_calls";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kToolCalls:
+      return "tool_calls";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "stop";
 }
@@ -16,7 +21,8 @@ const char* finish_reason_name(FinishReason r) {
 std::vector<GenerationEvent> Job::take(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
-  std::vector<GenerationEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  std::vector<GenerationEvent> out(std::make_move_iterator(events_.begin()),
+                                   std::make_move_iterator(events_.end()));
   events_.clear();
   return out;
 }

@@ -42,10 +42,14 @@ namespace {
 std::string label_value(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -71,12 +75,15 @@ std::string Metrics::prometheus(const SchedulerState& s) const {
   for (const auto& [key, n] : requests_)
     sample(out, "gem4_http_requests_total", double(n),
            "path=\"" + label_value(key.first) + "\",status=\"" + std::to_string(key.second) + "\"");
-  metric(out, "gem4_generations_total", "counter", "Generation requests that reached the engine, by outcome.");
+  metric(out, "gem4_generations_total", "counter",
+         "Generation requests that reached the engine, by outcome.");
   sample(out, "gem4_generations_total", double(generations_ok_), "outcome=\"ok\"");
   sample(out, "gem4_generations_total", double(generations_failed_), "outcome=\"failed\"");
-  metric(out, "gem4_prompt_tokens_total", "counter", "Prompt tokens of admitted requests (cached ones included).");
+  metric(out, "gem4_prompt_tokens_total", "counter",
+         "Prompt tokens of admitted requests (cached ones included).");
   sample(out, "gem4_prompt_tokens_total", double(prompt_tokens_));
-  metric(out, "gem4_prompt_tokens_cached_total", "counter", "Prompt tokens whose K/V were reused from a slot.");
+  metric(out, "gem4_prompt_tokens_cached_total", "counter",
+         "Prompt tokens whose K/V were reused from a slot.");
   sample(out, "gem4_prompt_tokens_cached_total", double(prompt_tokens_cached_));
   metric(out, "gem4_prompt_tokens_processed_total", "counter", "Prompt tokens run through the model.");
   sample(out, "gem4_prompt_tokens_processed_total", double(prompt_tokens_processed_));
@@ -86,10 +93,14 @@ std::string Metrics::prometheus(const SchedulerState& s) const {
   sample(out, "gem4_prompt_seconds_total", prompt_seconds_);
   metric(out, "gem4_generation_seconds_total", "counter", "Engine time spent on decode tokens.");
   sample(out, "gem4_generation_seconds_total", generation_seconds_);
-  metric(out, "gem4_prompt_tokens_per_second", "gauge", "Prompt throughput: processed prompt tokens / prompt time.");
-  sample(out, "gem4_prompt_tokens_per_second", prompt_seconds_ > 0 ? prompt_tokens_processed_ / prompt_seconds_ : 0);
-  metric(out, "gem4_generation_tokens_per_second", "gauge", "Generation throughput: decode tokens / decode time.");
-  sample(out, "gem4_generation_tokens_per_second", generation_seconds_ > 0 ? decode_rows_ / generation_seconds_ : 0);
+  metric(out, "gem4_prompt_tokens_per_second", "gauge",
+         "Prompt throughput: processed prompt tokens / prompt time.");
+  sample(out, "gem4_prompt_tokens_per_second",
+         prompt_seconds_ > 0 ? prompt_tokens_processed_ / prompt_seconds_ : 0);
+  metric(out, "gem4_generation_tokens_per_second", "gauge",
+         "Generation throughput: decode tokens / decode time.");
+  sample(out, "gem4_generation_tokens_per_second",
+         generation_seconds_ > 0 ? decode_rows_ / generation_seconds_ : 0);
   metric(out, "gem4_engine_steps_total", "counter", "Batched forward passes run by the engine.");
   sample(out, "gem4_engine_steps_total", double(steps_));
   metric(out, "gem4_requests_queued", "gauge", "Requests waiting for a free slot.");
@@ -101,7 +112,8 @@ std::string Metrics::prometheus(const SchedulerState& s) const {
   metric(out, "gem4_kv_cache_used_cells", "gauge", "Positions held in the KV cache, summed over slots.");
   sample(out, "gem4_kv_cache_used_cells", double(s.kv_cells_used));
   metric(out, "gem4_kv_cache_usage_ratio", "gauge", "Used positions / (context * slots).");
-  sample(out, "gem4_kv_cache_usage_ratio", s.kv_cells_total > 0 ? double(s.kv_cells_used) / s.kv_cells_total : 0);
+  sample(out, "gem4_kv_cache_usage_ratio",
+         s.kv_cells_total > 0 ? double(s.kv_cells_used) / s.kv_cells_total : 0);
   metric(out, "gem4_kv_cache_bytes", "gauge", "Bytes allocated for K/V.");
   sample(out, "gem4_kv_cache_bytes", double(s.kv_bytes));
   return out;

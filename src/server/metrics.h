@@ -35,8 +35,8 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (path, status) -> count
   uint64_t steps_ = 0;
-  uint64_t prompt_tokens_ = 0;        // prompt tokens of admitted requests
-  uint64_t prompt_tokens_cached_ = 0; // of which reused from the cache
+  uint64_t prompt_tokens_ = 0;         // prompt tokens of admitted requests
+  uint64_t prompt_tokens_cached_ = 0;  // of which reused from the cache
   uint64_t prompt_tokens_processed_ = 0;
   uint64_t generated_tokens_ = 0;
   uint64_t decode_rows_ = 0;

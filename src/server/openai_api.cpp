@@ -33,19 +33,27 @@ namespace {
 
 // ---- field access with errors that name the field ------------------------------------------------
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+[[noreturn]] void bad(const std::string& param, const std::string& message,
+                      const std::string& code = "invalid_value") {
   throw ApiError(400, message, param, code);
 }
 
 const char* type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number";
-    default: return "an integer";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
   }
 }
 
@@ -66,7 +74,8 @@ std::optional<bool> get_bool(const json& obj, const char* key, const std::string
   return v->get<bool>();
 }
 
-std::optional<double> get_number(const json& obj, const char* key, double lo, double hi, const std::string& prefix = "") {
+std::optional<double> get_number(const json& obj, const char* key, double lo, double hi,
+                                 const std::string& prefix = "") {
   const json* v = opt(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_number()) wrong_type(prefix + key, *v, "a number");
@@ -74,13 +83,15 @@ std::optional<double> get_number(const json& obj, const char* key, double lo, do
   if (!std::isfinite(x) || x < lo || x > hi) {
     std::string range = "between " + json(lo).dump() + " and " + json(hi).dump();
     if (hi == std::numeric_limits<double>::max()) range = ">= " + json(lo).dump();
-    if (lo == -std::numeric_limits<double>::max() && hi == std::numeric_limits<double>::max()) range = "finite";
+    if (lo == -std::numeric_limits<double>::max() && hi == std::numeric_limits<double>::max())
+      range = "finite";
     bad(prefix + key, "'" + prefix + key + "' must be " + range + " (got " + v->dump() + ")");
   }
   return x;
 }
 
-std::optional<int64_t> get_int(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& prefix = "") {
+std::optional<int64_t> get_int(const json& obj, const char* key, int64_t lo, int64_t hi,
+                               const std::string& prefix = "") {
   const json* v = opt(obj, key);
   if (!v) return std::nullopt;
   int64_t x = 0;
@@ -95,8 +106,8 @@ std::optional<int64_t> get_int(const json& obj, const char* key, int64_t lo, int
     wrong_type(prefix + key, *v, "an integer");
   }
   if (x < lo || x > hi)
-    bad(prefix + key, "'" + prefix + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                          " (got " + std::to_string(x) + ")");
+    bad(prefix + key, "'" + prefix + key + "' must be between " + std::to_string(lo) + " and " +
+                          std::to_string(hi) + " (got " + std::to_string(x) + ")");
   return x;
 }
 
@@ -119,10 +130,13 @@ void parse_sampling(const json& body, const ServedModel& model, generate::Sampli
   if (auto v = get_number(body, "presence_penalty", -1e6, 1e6)) p.presence_penalty = float(*v);
   if (auto v = get_number(body, "frequency_penalty", -1e6, 1e6)) p.frequency_penalty = float(*v);
   if (auto v = get_number(body, "repeat_penalty", 1e-6, 1e6)) p.repeat_penalty = float(*v);
-  if (auto v = get_int(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max())) p.repeat_last_n = int32_t(*v);
+  if (auto v = get_int(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()))
+    p.repeat_last_n = int32_t(*v);
   // Penalties count the generated tokens (the sampler only sees those): all of them unless limited.
-  else p.repeat_last_n = -1;
-  if (auto v = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+  else
+    p.repeat_last_n = -1;
+  if (auto v =
+          get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
     p.seed = uint64_t(*v);
   else
     p.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
@@ -137,9 +151,11 @@ void parse_sampling(const json& body, const ServedModel& model, generate::Sampli
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != key.size() || key.empty()) bad(param, "logit_bias keys must be token ids (got '" + key + "')");
+      if (used != key.size() || key.empty())
+        bad(param, "logit_bias keys must be token ids (got '" + key + "')");
       if (id < 0 || id >= model.n_vocab)
-        bad(param, "logit_bias token id " + key + " is outside the vocabulary (0.." + std::to_string(model.n_vocab - 1) + ")");
+        bad(param, "logit_bias token id " + key + " is outside the vocabulary (0.." +
+                       std::to_string(model.n_vocab - 1) + ")");
       if (!value.is_number()) wrong_type(param, value, "a number");
       const double b = value.get<double>();
       if (!std::isfinite(b) || std::fabs(b) > 1e6) bad(param, "logit_bias values must be finite numbers");
@@ -169,7 +185,8 @@ std::vector<std::string> parse_stop(const json& body) {
 // Fields common to both endpoints that we accept only in their trivial form.
 void check_common(const json& body) {
   if (const json* m = opt(body, "model"); m && !m->is_string()) wrong_type("model", *m, "a string");
-  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
+  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+      n && *n != 1)
     bad("n", "only n = 1 is supported (got " + std::to_string(*n) + ")", "unsupported_value");
   if (const json* so = opt(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", *so, "an object");
@@ -180,7 +197,8 @@ void check_common(const json& body) {
   get_string(body, "user");
 }
 
-void set_limits(ApiRequest& r, const json& body, const ServedModel& model, const char* prompt_param, int default_max) {
+void set_limits(ApiRequest& r, const json& body, const ServedModel& model, const char* prompt_param,
+                int default_max) {
   const int n_prompt = int(r.gen.prompt.size());
   if (n_prompt >= model.n_ctx)
     throw ApiError(400,
@@ -197,12 +215,13 @@ void set_limits(ApiRequest& r, const json& body, const ServedModel& model, const
   if (max && *max > room)
     throw ApiError(400,
                    "this model's context holds " + std::to_string(model.n_ctx) + " tokens; you requested " +
-                       std::to_string(n_prompt + *max) + " (" + std::to_string(n_prompt) + " in the prompt, " +
-                       std::to_string(*max) + " for the completion)",
+                       std::to_string(n_prompt + *max) + " (" + std::to_string(n_prompt) +
+                       " in the prompt, " + std::to_string(*max) + " for the completion)",
                    max_param, "context_length_exceeded");
   r.gen.max_tokens = max ? int(*max) : std::min(default_max, room);
   r.stream = get_bool(body, "stream").value_or(false);
-  if (const json* so = opt(body, "stream_options")) r.include_usage = get_bool(*so, "include_usage").value_or(false);
+  if (const json* so = opt(body, "stream_options"))
+    r.include_usage = get_bool(*so, "include_usage").value_or(false);
   r.gen.report_progress = get_bool(body, "return_progress").value_or(false);
 }
 
@@ -213,7 +232,8 @@ const std::set<std::string> kRoles = {"system", "developer", "user", "assistant"
 void check_content(const json& msg, const std::string& where, bool required) {
   const json* c = opt(msg, "content");
   if (!c) {
-    if (required) bad(where + ".content", "'" + where + ".content' is required", "missing_required_parameter");
+    if (required)
+      bad(where + ".content", "'" + where + ".content' is required", "missing_required_parameter");
     return;
   }
   if (c->is_string()) return;
@@ -273,7 +293,8 @@ void check_messages(const json& body) {
     if (assistant) {
       check_tool_calls(m, where);
       if (!opt(m, "content") && !opt(m, "tool_calls"))
-        bad(where + ".content", "an assistant message needs 'content' or 'tool_calls'", "missing_required_parameter");
+        bad(where + ".content", "an assistant message needs 'content' or 'tool_calls'",
+            "missing_required_parameter");
       get_string(m, "reasoning_content", where + ".");
     } else if (opt(m, "tool_calls")) {
       bad(where + ".tool_calls", "only assistant messages carry tool calls");
@@ -294,13 +315,15 @@ std::vector<std::string> check_tools(const json& body) {
     const std::string where = "tools[" + std::to_string(t) + "]";
     if (!tool.is_object()) wrong_type(where, tool, "an object");
     const std::string* type = get_string(tool, "type", where + ".");
-    if (type && *type != "function") bad(where + ".type", "tool type must be 'function'", "unsupported_value");
+    if (type && *type != "function")
+      bad(where + ".type", "tool type must be 'function'", "unsupported_value");
     const json* fn = opt(tool, "function");
     if (!fn) bad(where + ".function", "'" + where + ".function' is required", "missing_required_parameter");
     if (!fn->is_object()) wrong_type(where + ".function", *fn, "an object");
     const std::string* name = get_string(*fn, "name", where + ".function.");
     if (!name || name->empty())
-      bad(where + ".function.name", "'" + where + ".function.name' is required", "missing_required_parameter");
+      bad(where + ".function.name", "'" + where + ".function.name' is required",
+          "missing_required_parameter");
     get_string(*fn, "description", where + ".function.");
     if (const json* p = opt(*fn, "parameters"); p && !p->is_object())
       wrong_type(where + ".function.parameters", *p, "an object (a JSON schema)");
@@ -316,9 +339,12 @@ bool thinking_requested(const json& body) {
     if (auto v = get_bool(*kw, "enable_thinking", "chat_template_kwargs.")) on = *v;
   }
   if (const std::string* effort = get_string(body, "reasoning_effort")) {
-    if (*effort == "none" || *effort == "minimal") on = false;
-    else if (*effort == "low" || *effort == "medium" || *effort == "high") on = true;
-    else bad("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
+    if (*effort == "none" || *effort == "minimal")
+      on = false;
+    else if (*effort == "low" || *effort == "medium" || *effort == "high")
+      on = true;
+    else
+      bad("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
   }
   if (auto v = get_bool(body, "think")) on = *v;
   return on;
@@ -346,10 +372,14 @@ size_t invalid_utf8_offset(std::string_view s) {
     }
     int len = 0;
     uint32_t cp = 0, min = 0;
-    if ((b & 0xE0) == 0xC0) len = 2, cp = b & 0x1F, min = 0x80;
-    else if ((b & 0xF0) == 0xE0) len = 3, cp = b & 0x0F, min = 0x800;
-    else if ((b & 0xF8) == 0xF0) len = 4, cp = b & 0x07, min = 0x10000;
-    else return i;
+    if ((b & 0xE0) == 0xC0)
+      len = 2, cp = b & 0x1F, min = 0x80;
+    else if ((b & 0xF0) == 0xE0)
+      len = 3, cp = b & 0x0F, min = 0x800;
+    else if ((b & 0xF8) == 0xF0)
+      len = 4, cp = b & 0x07, min = 0x10000;
+    else
+      return i;
     if (i + len > s.size()) return i;
     for (int k = 1; k < len; ++k) {
       const auto c = uint8_t(s[i + k]);
@@ -364,7 +394,8 @@ size_t invalid_utf8_offset(std::string_view s) {
 
 json parse_body(std::string_view body) {
   if (const size_t bad_at = invalid_utf8_offset(body); bad_at != std::string::npos)
-    throw ApiError(400, "the request body is not valid UTF-8 (byte " + std::to_string(bad_at) + ")", "", "invalid_utf8");
+    throw ApiError(400, "the request body is not valid UTF-8 (byte " + std::to_string(bad_at) + ")", "",
+                   "invalid_utf8");
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
   // The chat renderer recurses into tool schemas and arguments: bound the nesting up front.
@@ -373,14 +404,16 @@ json parse_body(std::string_view body) {
   for (size_t i = 0; i < body.size(); ++i) {
     const char c = body[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth)
-        throw ApiError(400, "the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", "",
-                       "invalid_json");
+        throw ApiError(400, "the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                       "", "invalid_json");
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -408,15 +441,20 @@ ChatPrompt render_chat_prompt(const json& body) {
   if (const json* tc = opt(body, "tool_choice")) {
     if (tc->is_string()) {
       const std::string& s = tc->get_ref<const std::string&>();
-      if (s == "none") hide_tools = true;
-      else if (s == "required" && tool_names.size() == 1) forced = tool_names[0];
+      if (s == "none")
+        hide_tools = true;
+      else if (s == "required" && tool_names.size() == 1)
+        forced = tool_names[0];
       else if (s != "auto" && s != "required")
         bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\":\"function\",...}");
       if (s == "required" && tool_names.empty()) bad("tool_choice", "tool_choice 'required' needs 'tools'");
     } else if (tc->is_object()) {
       const json* fn = opt(*tc, "function");
-      const std::string* name = fn && fn->is_object() ? get_string(*fn, "name", "tool_choice.function.") : nullptr;
-      if (!name) bad("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
+      const std::string* name =
+          fn && fn->is_object() ? get_string(*fn, "name", "tool_choice.function.") : nullptr;
+      if (!name)
+        bad("tool_choice.function.name", "'tool_choice.function.name' is required",
+            "missing_required_parameter");
       if (std::find(tool_names.begin(), tool_names.end(), *name) == tool_names.end())
         bad("tool_choice.function.name", "tool_choice names '" + *name + "', which is not in 'tools'");
       forced = *name;
@@ -429,9 +467,11 @@ ChatPrompt render_chat_prompt(const json& body) {
     if (!rf->is_object()) wrong_type("response_format", *rf, "an object");
     const std::string* type = get_string(*rf, "type", "response_format.");
     if (type && *type != "text")
-      bad("response_format.type", "response_format '" + *type + "' is not supported (only 'text')", "unsupported_value");
+      bad("response_format.type", "response_format '" + *type + "' is not supported (only 'text')",
+          "unsupported_value");
   }
-  if (auto lp = get_bool(body, "logprobs"); lp && *lp) bad("logprobs", "logprobs are not supported", "unsupported_value");
+  if (auto lp = get_bool(body, "logprobs"); lp && *lp)
+    bad("logprobs", "logprobs are not supported", "unsupported_value");
   if (opt(body, "top_logprobs")) bad("top_logprobs", "logprobs are not supported", "unsupported_value");
 
   const json messages = text::normalize_tool_call_arguments(body["messages"]);
@@ -467,16 +507,20 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
 ApiRequest parse_completion_request(const json& body, const text::Tokenizer& tok, const ServedModel& model) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_type");
   check_common(body);
-  if (auto echo = get_bool(body, "echo"); echo && *echo) bad("echo", "echo is not supported", "unsupported_value");
+  if (auto echo = get_bool(body, "echo"); echo && *echo)
+    bad("echo", "echo is not supported", "unsupported_value");
   if (opt(body, "suffix")) bad("suffix", "suffix is not supported", "unsupported_value");
   if (opt(body, "logprobs")) bad("logprobs", "logprobs are not supported", "unsupported_value");
-  if (auto b = get_int(body, "best_of", 1, 1 << 20); b && *b != 1) bad("best_of", "only best_of = 1 is supported", "unsupported_value");
+  if (auto b = get_int(body, "best_of", 1, 1 << 20); b && *b != 1)
+    bad("best_of", "only best_of = 1 is supported", "unsupported_value");
   const json* p = opt(body, "prompt");
   if (!p) bad("prompt", "'prompt' is required", "missing_required_parameter");
   ApiRequest r;
   auto encode_text = [&](const std::string& text) {
-    std::vector<int32_t> ids = tok.encode(text, tok.add_bos_default() && tok.bos() >= 0, /*parse_special=*/true);
-    if (ids.size() >= 2 && ids[0] == tok.bos() && ids[1] == tok.bos()) ids.erase(ids.begin());  // "<bos>" typed in
+    std::vector<int32_t> ids =
+        tok.encode(text, tok.add_bos_default() && tok.bos() >= 0, /*parse_special=*/true);
+    if (ids.size() >= 2 && ids[0] == tok.bos() && ids[1] == tok.bos())
+      ids.erase(ids.begin());  // "<bos>" typed in
     return ids;
   };
   if (p->is_string()) {
@@ -493,9 +537,11 @@ ApiRequest parse_completion_request(const json& body, const text::Tokenizer& tok
         const json& t = (*p)[i];
         const std::string param = "prompt[" + std::to_string(i) + "]";
         if (!t.is_number_integer()) wrong_type(param, t, "a token id (integer)");
-        const int64_t id = t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : t.get<int64_t>();
+        const int64_t id =
+            t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : t.get<int64_t>();
         if (id < 0 || id >= model.n_vocab)
-          bad(param, "token id " + t.dump() + " is outside the vocabulary (0.." + std::to_string(model.n_vocab - 1) + ")");
+          bad(param, "token id " + t.dump() + " is outside the vocabulary (0.." +
+                         std::to_string(model.n_vocab - 1) + ")");
         r.gen.prompt.push_back(int32_t(id));
       }
     }

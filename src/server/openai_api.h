@@ -12,11 +12,10 @@
 // are not limited to OpenAI's ranges, only to finite numbers.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "server/job.h"
 #include "text/tokenizer.h"
@@ -72,16 +71,18 @@ struct ChatPrompt {
 ChatPrompt render_chat_prompt(const nlohmann::json& body);
 
 // Validate a body and build the engine request. Throw ApiError (status 400) naming the field.
-ApiRequest parse_chat_request(const nlohmann::json& body, const text::Tokenizer& tok, const ServedModel& model);
-ApiRequest parse_completion_request(const nlohmann::json& body, const text::Tokenizer& tok, const ServedModel& model);
+ApiRequest parse_chat_request(const nlohmann::json& body, const text::Tokenizer& tok,
+                              const ServedModel& model);
+ApiRequest parse_completion_request(const nlohmann::json& body, const text::Tokenizer& tok,
+                                    const ServedModel& model);
 
 // Responses. `id` is the response id, `created` unix seconds.
 nlohmann::json usage_json(const Usage& u);
 nlohmann::json chat_completion(const std::string& id, int64_t created, const std::string& model,
                                const text::OutputDelta& all, FinishReason finish, const Usage& usage);
 // delta: {"role"}, {"content"}, {"reasoning_content"} or {"tool_calls"}; finish null until the end.
-nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model, nlohmann::json delta,
-                          const char* finish_reason);
+nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model,
+                          nlohmann::json delta, const char* finish_reason);
 // The deltas of one engine event, as chat chunk deltas (tool calls numbered from *next_tool_index).
 std::vector<nlohmann::json> chat_deltas(const text::OutputDelta& d, int* next_tool_index);
 nlohmann::json text_completion(const std::string& id, int64_t created, const std::string& model,
@@ -89,9 +90,9 @@ nlohmann::json text_completion(const std::string& id, int64_t created, const std
 nlohmann::json text_completion_chunk(const std::string& id, int64_t created, const std::string& model,
                                      const std::string& text, const char* finish_reason);
 // A chunk with no choices: the usage chunk (stream_options.include_usage) or prompt progress.
-nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, const char* object,
-                           const Usage& usage);
-nlohmann::json progress_chunk(const std::string& id, int64_t created, const std::string& model, const char* object,
-                              const GenerationEvent& progress);
+nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model,
+                           const char* object, const Usage& usage);
+nlohmann::json progress_chunk(const std::string& id, int64_t created, const std::string& model,
+                              const char* object, const GenerationEvent& progress);
 
 }  // namespace gem4::server

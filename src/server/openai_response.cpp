@@ -14,8 +14,8 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json chat_completion(const std::string& id, int64_t created, const std::string& model, const text::OutputDelta& all,
-                     FinishReason finish, const Usage& usage) {
+json chat_completion(const std::string& id, int64_t created, const std::string& model,
+                     const text::OutputDelta& all, FinishReason finish, const Usage& usage) {
   json message = {{"role", "assistant"}};
   message["content"] = all.content.empty() && !all.tool_calls.empty() ? json() : json(all.content);
   if (!all.reasoning.empty()) message["reasoning_content"] = all.reasoning;
@@ -32,7 +32,8 @@ json chat_completion(const std::string& id, int64_t created, const std::string& 
           {"usage", usage_json(usage)}};
 }
 
-json chat_chunk(const std::string& id, int64_t created, const std::string& model, json delta, const char* finish_reason) {
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, json delta,
+                const char* finish_reason) {
   return {{"id", id},
           {"object", "chat.completion.chunk"},
           {"created", created},
@@ -60,8 +61,8 @@ std::vector<json> chat_deltas(const text::OutputDelta& d, int* next_tool_index) 
   return out;
 }
 
-json text_completion(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                     FinishReason finish, const Usage& usage) {
+json text_completion(const std::string& id, int64_t created, const std::string& model,
+                     const std::string& text, FinishReason finish, const Usage& usage) {
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
@@ -74,8 +75,8 @@ json text_completion(const std::string& id, int64_t created, const std::string& 
           {"usage", usage_json(usage)}};
 }
 
-json text_completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                           const char* finish_reason) {
+json text_completion_chunk(const std::string& id, int64_t created, const std::string& model,
+                           const std::string& text, const char* finish_reason) {
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
@@ -89,8 +90,8 @@ json text_completion_chunk(const std::string& id, int64_t created, const std::st
 
 json usage_chunk(const std::string& id, int64_t created, const std::string& model, const char* object,
                  const Usage& usage) {
-  return {{"id", id},         {"object", object},         {"created", created},
-          {"model", model},   {"choices", json::array()}, {"usage", usage_json(usage)}};
+  return {{"id", id},       {"object", object},         {"created", created},
+          {"model", model}, {"choices", json::array()}, {"usage", usage_json(usage)}};
 }
 
 json progress_chunk(const std::string& id, int64_t created, const std::string& model, const char* object,

@@ -21,7 +21,8 @@ int reusable_prefix(const SlotCache& s, const std::vector<int32_t>& prompt, cons
   return len;
 }
 
-PrefixChoice choose_slot(const std::vector<int32_t>& prompt, const std::vector<SlotCache>& slots, const KvCache& kv) {
+PrefixChoice choose_slot(const std::vector<int32_t>& prompt, const std::vector<SlotCache>& slots,
+                         const KvCache& kv) {
   PrefixChoice best;
   int best_own = -1;
   int best_source = -1, best_source_len = 0;

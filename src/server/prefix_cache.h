@@ -16,10 +16,10 @@
 namespace gem4::server {
 
 struct SlotCache {
-  int seq = 0;                            // sequence id in the KvCache
+  int seq = 0;                                   // sequence id in the KvCache
   const std::vector<int32_t>* tokens = nullptr;  // tokens whose K/V the sequence holds
-  bool busy = false;                      // generating for another request (may still be a source)
-  uint64_t last_used = 0;                 // higher: used more recently
+  bool busy = false;                             // generating for another request (may still be a source)
+  uint64_t last_used = 0;                        // higher: used more recently
 };
 
 struct PrefixChoice {
@@ -36,6 +36,7 @@ int reusable_prefix(const SlotCache& s, const std::vector<int32_t>& prompt, cons
 
 // Picks the idle slot for `prompt` (there must be one) and the best prefix to reuse. Among idle
 // slots it prefers the one that can reuse the most itself, then the least recently used.
-PrefixChoice choose_slot(const std::vector<int32_t>& prompt, const std::vector<SlotCache>& slots, const KvCache& kv);
+PrefixChoice choose_slot(const std::vector<int32_t>& prompt, const std::vector<SlotCache>& slots,
+                         const KvCache& kv);
 
 }  // namespace gem4::server

@@ -13,7 +13,9 @@ namespace gem4::server {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 }  // namespace
 
 struct Scheduler::Slot {
@@ -23,10 +25,10 @@ struct Scheduler::Slot {
 
   // The request being served (null when idle) and its progress.
   std::shared_ptr<Job> job;
-  uint64_t admitted = 0;    // admission order: the oldest prompt is processed first
-  size_t prompt_done = 0;   // prompt tokens whose K/V are cached
-  int reused = 0;           // of which came from the prefix cache
-  int32_t pending = -1;     // sampled token, fed at the next step
+  uint64_t admitted = 0;   // admission order: the oldest prompt is processed first
+  size_t prompt_done = 0;  // prompt tokens whose K/V are cached
+  int reused = 0;          // of which came from the prefix cache
+  int32_t pending = -1;    // sampled token, fed at the next step
   int generated = 0;
   Clock::time_point t_admit;
   std::optional<generate::Sampler> sampler;
@@ -39,7 +41,8 @@ struct Scheduler::Slot {
   bool decoding() const { return job && pending >= 0; }
 };
 
-Scheduler::Scheduler(const Model& model, const text::Tokenizer& tokenizer, const SchedulerOptions& opt, Metrics* metrics)
+Scheduler::Scheduler(const Model& model, const text::Tokenizer& tokenizer, const SchedulerOptions& opt,
+                     Metrics* metrics)
     : model_(model),
       tokenizer_(tokenizer),
       opt_(opt),
@@ -238,7 +241,9 @@ void Scheduler::step() {
     }
     return;
   }
-  if (metrics_) metrics_->count_step(chunk, int(decoders.size()), std::chrono::duration<double>(Clock::now() - t0).count());
+  if (metrics_)
+    metrics_->count_step(chunk, int(decoders.size()),
+                         std::chrono::duration<double>(Clock::now() - t0).count());
 
   for (Slot* s : decoders) {
     s->cached.push_back(s->pending);
@@ -246,7 +251,8 @@ void Scheduler::step() {
   }
   if (chunk > 0) {
     const auto& prompt = pre->req().prompt;
-    pre->cached.insert(pre->cached.end(), prompt.begin() + pre->prompt_done, prompt.begin() + pre->prompt_done + chunk);
+    pre->cached.insert(pre->cached.end(), prompt.begin() + pre->prompt_done,
+                       prompt.begin() + pre->prompt_done + chunk);
     pre->prompt_done += chunk;
   }
   for (size_t i = 0; i < decoders.size(); ++i) sample_and_emit(*decoders[i], out_.logits_of(int(i)));
@@ -300,8 +306,10 @@ void Scheduler::emit_text(Slot& s, const std::string& text) {
   if (text.empty()) return;
   const generate::StopStringMatcher::Result r = s.stops->feed(text);
   text::OutputDelta d;
-  if (s.parser) d = s.parser->push(r.text);
-  else d.content = r.text;
+  if (s.parser)
+    d = s.parser->push(r.text);
+  else
+    d.content = r.text;
   if (!d.empty()) s.job->push({GenerationEvent::Kind::kDelta, std::move(d)});
   if (r.stopped) finish(s, FinishReason::kStop);
 }
@@ -314,8 +322,10 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
     if (!s.stops->stopped()) {
       std::string rest = s.stops->feed(s.detok->flush()).text;
       if (!s.stops->stopped()) rest += s.stops->flush();
-      if (s.parser) d = s.parser->push(rest);
-      else d.content = rest;
+      if (s.parser)
+        d = s.parser->push(rest);
+      else
+        d.content = rest;
     }
     if (s.parser) {
       text::OutputDelta tail = s.parser->finish();
@@ -324,7 +334,8 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
       for (auto& c : tail.tool_calls) d.tool_calls.push_back(std::move(c));
     }
     if (!d.empty()) s.job->push({GenerationEvent::Kind::kDelta, std::move(d)});
-    if (reason == FinishReason::kStop && s.parser && !s.parser->tool_calls().empty()) reason = FinishReason::kToolCalls;
+    if (reason == FinishReason::kStop && s.parser && !s.parser->tool_calls().empty())
+      reason = FinishReason::kToolCalls;
   }
   GenerationEvent e;
   e.kind = GenerationEvent::Kind::kDone;
@@ -333,7 +344,8 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
   e.usage.prompt_tokens = int(s.req().prompt.size());
   e.usage.completion_tokens = s.generated;
   e.usage.cached_tokens = s.reused;
-  if (metrics_) metrics_->count_finished(reason != FinishReason::kError && reason != FinishReason::kCancelled);
+  if (metrics_)
+    metrics_->count_finished(reason != FinishReason::kError && reason != FinishReason::kCancelled);
   s.job->push(std::move(e));
   release(s);
 }

@@ -34,17 +34,18 @@ namespace gem4::server {
 
 struct SchedulerOptions {
   int slots = 1;
-  int n_ctx = 4096;     // per slot
-  int ubatch = 512;     // rows per engine step
+  int n_ctx = 4096;  // per slot
+  int ubatch = 512;  // rows per engine step
   KvType kv_type = KvType::F16;
   PlanSwitches switches;
-  int threads = 1;      // compute threads of the forward pass
+  int threads = 1;  // compute threads of the forward pass
 };
 
 class Scheduler {
  public:
   // Starts the engine thread. Throws std::invalid_argument for impossible options.
-  Scheduler(const Model& model, const text::Tokenizer& tokenizer, const SchedulerOptions& opt, Metrics* metrics);
+  Scheduler(const Model& model, const text::Tokenizer& tokenizer, const SchedulerOptions& opt,
+            Metrics* metrics);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;

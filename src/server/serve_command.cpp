@@ -42,7 +42,8 @@ void watch_signals(server::HttpServer& http, std::atomic<bool>& quit, double dra
   const timespec tick{0, 100 * 1000 * 1000};
   while (!quit.load()) {
     if (sigtimedwait(&set, nullptr, &tick) < 0) continue;
-    std::fprintf(stderr, "gem4 serve: shutting down; waiting for %d request(s) to finish\n", http.in_flight());
+    std::fprintf(stderr, "gem4 serve: shutting down; waiting for %d request(s) to finish\n",
+                 http.in_flight());
     http.begin_drain();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout_s);
     while (http.in_flight() > 0 && std::chrono::steady_clock::now() < deadline && !quit.load()) {
@@ -59,7 +60,8 @@ void watch_signals(server::HttpServer& http, std::atomic<bool>& quit, double dra
 }  // namespace
 
 int cmd_serve(int argc, char** argv, int first) {
-  Args a("serve", "OpenAI-compatible HTTP server (chat completions, completions, streaming, continuous batching).");
+  Args a("serve",
+         "OpenAI-compatible HTTP server (chat completions, completions, streaming, continuous batching).");
   a.value("-m,--model", "FILE", "GGUF model");
   a.value("--host", "ADDR", "address to listen on", "127.0.0.1");
   a.value("--port", "N", "TCP port (0: any free port; the chosen one is printed)", "8080");
@@ -70,8 +72,10 @@ int cmd_serve(int argc, char** argv, int first) {
   a.value("--max-body", "BYTES", "largest request body accepted", "8388608");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
   a.value("--alias", "NAME", "model id reported to clients (default: the file name)");
-  a.value("--http-threads", "N", "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
-  a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish", "30");
+  a.value("--http-threads", "N",
+          "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
+  a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish",
+          "30");
   declare_thread_flag(a);
   declare_plan_flags(a);
   if (!a.parse(argc, argv, first)) {
@@ -79,13 +83,15 @@ int cmd_serve(int argc, char** argv, int first) {
     return 0;
   }
 #ifndef GEM4_HAVE_HTTPLIB
-  throw std::runtime_error("serve: gem4 was built without cpp-httplib (install libcpp-httplib-dev and rebuild)");
+  throw std::runtime_error(
+      "serve: gem4 was built without cpp-httplib (install libcpp-httplib-dev and rebuild)");
 #endif
   if (!a.has("-m")) throw ArgError("serve: -m FILE is required");
   auto int_flag = [&](const char* name, long long lo, long long hi) {
     const long long v = a.integer(name);
     if (v < lo || v > hi)
-      throw ArgError("serve: " + std::string(name) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+      throw ArgError("serve: " + std::string(name) + " must be between " + std::to_string(lo) + " and " +
+                     std::to_string(hi));
     return v;
   };
   server::SchedulerOptions so;
@@ -125,7 +131,8 @@ int cmd_serve(int argc, char** argv, int first) {
   const int n_ctx_train = model->config.n_ctx_train > 0 ? model->config.n_ctx_train : 4096;
   so.n_ctx = a.has("--ctx") ? int(int_flag("--ctx", 2, 1 << 24)) : std::min(n_ctx_train, 4096);
   if (so.n_ctx > n_ctx_train)
-    std::fprintf(stderr, "gem4 serve: warning: --ctx %d exceeds the model's training context %d\n", so.n_ctx, n_ctx_train);
+    std::fprintf(stderr, "gem4 serve: warning: --ctx %d exceeds the model's training context %d\n", so.n_ctx,
+                 n_ctx_train);
 
   server::ServedModel served;
   served.name = a.has("--alias") ? a.str("--alias") : model_name_of(a.str("-m"));
@@ -137,9 +144,11 @@ int cmd_serve(int argc, char** argv, int first) {
   server::HttpServer http(scheduler, tokenizer, metrics, served, ho);
   const int port = http.bind();
   std::fprintf(stderr,
-               "gem4 serve: listening on http://%s:%d (model %s, %d slot(s) x %d tokens, ubatch %d, %d compute threads, "
+               "gem4 serve: listening on http://%s:%d (model %s, %d slot(s) x %d tokens, ubatch %d, %d "
+               "compute threads, "
                "%d connection threads)\n",
-               ho.host.c_str(), port, served.name.c_str(), so.slots, so.n_ctx, so.ubatch, so.threads, ho.threads);
+               ho.host.c_str(), port, served.name.c_str(), so.slots, so.n_ctx, so.ubatch, so.threads,
+               ho.threads);
   std::fflush(stderr);
 
   std::atomic<bool> quit{false};
