@@ -25,9 +25,14 @@ std::string fmt(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-std::string variant_label(const Result& r) {
+// Only the switches whose value differs between results name a variant (keeps chart labels short).
+std::string variant_label(const Result& r, const std::vector<Result>& all) {
   std::string s;
-  for (const auto& [k, v] : r.switches) s += (s.empty() ? "" : " ") + k + "=" + v;
+  for (size_t i = 0; i < r.switches.size(); ++i) {
+    bool varies = false;
+    for (const auto& o : all) varies |= o.switches.size() > i && o.switches[i].second != r.switches[i].second;
+    if (varies) s += (s.empty() ? "" : " ") + r.switches[i].first + "=" + r.switches[i].second;
+  }
   return s;
 }
 }  // namespace
@@ -121,7 +126,7 @@ std::string svg_chart(const std::vector<Result>& rs, const std::string& title) {
   std::vector<std::string> labels;
   for (size_t i = 0; i < rs.size(); ++i) {
     const auto& r = rs[i];
-    const std::string v = variant_label(r);
+    const std::string v = variant_label(r, rs);
     auto it = std::find(labels.begin(), labels.end(), v);
     const size_t ci = it == labels.end() ? (labels.push_back(v), labels.size() - 1) : size_t(it - labels.begin());
     const int y = top + int(i) * (bar_h + gap);
