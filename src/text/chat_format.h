@@ -1,5 +1,5 @@
 // Gemma 4 chat format: a native renderer of the instruction-tuned chat template
-// (/work/shared/testdata/tokenizer/google-gemma-4-31B-it.jinja, spec section 4.5). No Jinja engine:
+// (../shared/testdata/tokenizer/google-gemma-4-31B-it.jinja, spec section 4.5). No Jinja engine:
 // every branch of the template is written out in chat_format.cpp, in the template's order, and the
 // output is byte-identical to what Python Jinja2 (transformers' apply_chat_template) renders.
 //
