@@ -8,6 +8,7 @@
 //    product within that bound.
 //  * For F32, F16, BF16 against the exact product of the dequantized weights, to float rounding.
 #include "kernels/matmul.h"
+#include "kernels/packed_matrix.h"
 
 #include <gtest/gtest.h>
 
@@ -60,7 +61,16 @@ struct Weights {
   size_t row_bytes;
   std::vector<uint8_t> data;
   std::vector<float> deq;  // dequantized, out x in
+  std::shared_ptr<PackedStore> store;  // the packed copy (Q8_0, Q4_0 on AVX-512 CPUs)
+  MatrixView packed;                   // view with `packed` set, when there is a packed copy
   MatrixView view() const { return {type, data.data(), in, out, row_bytes}; }
+  // The views the fast path must agree on under `isa`: the GGUF layout, and the packed copy where the
+  // ISA's kernels read it.
+  std::vector<MatrixView> views(Isa isa) const {
+    std::vector<MatrixView> v{view()};
+    if (packed.packed && isa == Isa::Avx512) v.push_back(packed);
+    return v;
+  }
 };
 
 // Random weights with row-dependent scale and offset; rows padded by `pad` bytes (row_bytes > a row).
@@ -76,6 +86,12 @@ Weights make_weights(GgmlType t, int64_t out, int64_t in, uint32_t seed, size_t 
     for (auto& v : row) v = scale * normal(rng) + shift;
     quantize_row(t, row.data(), w.data.data() + o * w.row_bytes, in);
     dequantize_row(t, w.data.data() + o * w.row_bytes, w.deq.data() + o * in, in);
+  }
+  if (packable_type(t)) {
+    IsaOverride o(Isa::Avx512);  // clamped to the CPU: no packed copy where AVX-512 is missing
+    w.store = std::make_shared<PackedStore>();
+    const MatrixView p = w.store->add(w.view(), nullptr);
+    if (p.packed) w.packed = p;
   }
   return w;
 }
@@ -267,11 +283,11 @@ constexpr float kSentinel = 12345.0f;
 
 // Runs the fast path and checks every output against `ref` within rel * scale (+ the activation
 // quantization bound when `with_quant_bound`), and that y's padding is untouched.
-::testing::AssertionResult check_fast_path(const Case& c, const Weights& w, const std::vector<float>& x,
+::testing::AssertionResult check_fast_path(const Case& c, const MatrixView& w, const std::vector<float>& x,
                                            const Reference& ref, double rel, bool with_quant_bound,
                                            ThreadPool* pool) {
   std::vector<float> y(c.rows * c.ldy + 3, kSentinel);
-  matmul(w.view(), x.data(), c.rows, c.ldx, y.data(), c.ldy, pool);
+  matmul(w, x.data(), c.rows, c.ldx, y.data(), c.ldy, pool);
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t o = 0; o < c.ldy; ++o) {
       const float got = y[r * c.ldy + o];
@@ -305,16 +321,20 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
   if (int8) q8 = q8_reference(w, x, c.rows, c.ldx);
   for (Isa isa : isas) {
     IsaOverride o(isa);
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool}) {
-      if (int8) {
-        EXPECT_TRUE(check_fast_path(c, w, x, q8, 2e-5, false, p)) << c.describe(isa, p) << " vs q8 reference";
-        EXPECT_TRUE(check_fast_path(c, w, x, exact, 2e-5, true, p))
-            << c.describe(isa, p) << " vs exact product";
-      } else if (is_k_quant(c.type)) {
-        EXPECT_TRUE(check_fast_path(c, w, x, exact, 2e-5, true, p))
-            << c.describe(isa, p) << " vs exact product";
-      } else {
-        EXPECT_TRUE(check_fast_path(c, w, x, exact, 1e-5, false, p)) << c.describe(isa, p);
+    for (const MatrixView& v : w.views(isa)) {
+      const std::string layout = v.packed ? " packed" : "";
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool}) {
+        if (int8) {
+          EXPECT_TRUE(check_fast_path(c, v, x, q8, 2e-5, false, p))
+              << c.describe(isa, p) << layout << " vs q8 reference";
+          EXPECT_TRUE(check_fast_path(c, v, x, exact, 2e-5, true, p))
+              << c.describe(isa, p) << layout << " vs exact product";
+        } else if (is_k_quant(c.type)) {
+          EXPECT_TRUE(check_fast_path(c, v, x, exact, 2e-5, true, p))
+              << c.describe(isa, p) << " vs exact product";
+        } else {
+          EXPECT_TRUE(check_fast_path(c, v, x, exact, 1e-5, false, p)) << c.describe(isa, p);
+        }
       }
     }
   }
@@ -443,19 +463,22 @@ TEST(Matmul, BatchInvariance) {
     const auto x = make_activations(kRows, in, ldx, 9);
     for (Isa isa : isas) {
       IsaOverride o(isa);
+      // The whole call on the GGUF layout is the yardstick: the packed copy must match it bit for bit too.
       std::vector<float> whole(kRows * kOut);
       matmul(w.view(), x.data(), kRows, ldx, whole.data(), kOut, nullptr);
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        for (int64_t chunk : {kRows, int64_t{1}, int64_t{3}, int64_t{5}, int64_t{7}}) {
-          std::vector<float> y(kRows * kOut, kSentinel);
-          for (int64_t r0 = 0; r0 < kRows; r0 += chunk) {
-            const int64_t n = std::min(chunk, kRows - r0);
-            matmul(w.view(), x.data() + r0 * ldx, n, ldx, y.data() + r0 * kOut, kOut, p);
-          }
-          for (int64_t r = 0; r < kRows; ++r) {
-            ASSERT_EQ(0, std::memcmp(whole.data() + r * kOut, y.data() + r * kOut, kOut * sizeof(float)))
-                << ggml_type_name(t) << " isa=" << isa_name(isa) << " chunk=" << chunk << " row=" << r
-                << (p ? " pool=2" : " pool=null");
+      for (const MatrixView& v : w.views(isa)) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          for (int64_t chunk : {kRows, int64_t{1}, int64_t{3}, int64_t{5}, int64_t{7}}) {
+            std::vector<float> y(kRows * kOut, kSentinel);
+            for (int64_t r0 = 0; r0 < kRows; r0 += chunk) {
+              const int64_t n = std::min(chunk, kRows - r0);
+              matmul(v, x.data() + r0 * ldx, n, ldx, y.data() + r0 * kOut, kOut, p);
+            }
+            for (int64_t r = 0; r < kRows; ++r) {
+              ASSERT_EQ(0, std::memcmp(whole.data() + r * kOut, y.data() + r * kOut, kOut * sizeof(float)))
+                  << ggml_type_name(t) << " isa=" << isa_name(isa) << " chunk=" << chunk << " row=" << r
+                  << (p ? " pool=2" : " pool=null") << (v.packed ? " packed" : "");
+            }
           }
         }
       }
@@ -475,7 +498,7 @@ TEST(Matmul, PaddedWeightRows) {
           is_int8_activation_type(t) ? q8_reference(w, x, rows, in) : exact_reference(w, x, rows, in);
       for (Isa isa : isas) {
         IsaOverride o(isa);
-        EXPECT_TRUE(check_fast_path({t, rows, 40, in, in, 40}, w, x, ref, 2e-5, is_k_quant(t), nullptr))
+        EXPECT_TRUE(check_fast_path({t, rows, 40, in, in, 40}, w.view(), x, ref, 2e-5, is_k_quant(t), nullptr))
             << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows;
       }
     }
@@ -548,6 +571,23 @@ TEST(CpuFeatures, OverrideClampsToTheCpu) {
   }
   EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
   EXPECT_NE(cpu_features_string().find(isa_name(active_isa())), std::string::npos);
+}
+
+// A packed copy can be sliced at panel boundaries (the PLE projection takes the rows of some layers);
+// elsewhere the slice falls back to the GGUF layout. Either way the product is that of the rows.
+TEST(MatrixView, RowsOfAPackedMatrix) {
+  const Weights w = make_weights(GgmlType::Q4_0, 100, 64, 6);
+  if (!w.packed.packed) GTEST_SKIP() << "no AVX-512: no packed layout on this CPU";
+  IsaOverride o(Isa::Avx512);
+  const auto x = make_activations(2, 64, 64, 1);
+  for (auto [first, count] : {std::pair<int64_t, int64_t>{32, 64}, {3, 40}, {64, 36}}) {
+    const MatrixView sub = w.packed.rows(first, count);
+    EXPECT_EQ(sub.packed != nullptr, first % kPackedPanelRows == 0) << first;
+    std::vector<float> got(2 * count), want(2 * count);
+    matmul(sub, x.data(), 2, 64, got.data(), count, nullptr);
+    matmul(w.view().rows(first, count), x.data(), 2, 64, want.data(), count, nullptr);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << first;
+  }
 }
 
 }  // namespace

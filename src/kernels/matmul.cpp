@@ -12,6 +12,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
 #include "tensor/quant.h"
@@ -29,6 +30,12 @@ MatrixView MatrixView::rows(int64_t first, int64_t count) const {
   MatrixView v = *this;
   v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(first) * row_bytes;
   v.out = count;
+  // A packed copy can be sliced at panel boundaries only.
+  if (packed) {
+    v.packed = first % kPackedPanelRows == 0
+                   ? packed + size_t(first / kPackedPanelRows) * size_t(in / kQK) * packed_block_bytes(type)
+                   : nullptr;
+  }
   return v;
 }
 
@@ -94,6 +101,11 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
   if (double(w.in) * double(w.out) * double(rows) < double(1 << 19)) pool = nullptr;
   switch (active_isa()) {
     case Isa::Avx512:
+      if (w.packed && !use_packed()) {
+        MatrixView plain = w;
+        plain.packed = nullptr;
+        return matmul_detail::matmul_avx512(plain, x, rows, ldx, y, ldy, pool);
+      }
       return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);
     case Isa::Avx2:
       return matmul_detail::matmul_avx2(w, x, rows, ldx, y, ldy, pool);

@@ -25,9 +25,11 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/block_decode_avx512.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
 #include "tensor/quant.h"
@@ -181,6 +183,36 @@ void repack_int8_panel(const MatrixView& w, int64_t o0, int count, int64_t nb, u
   }
 }
 
+// The same panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
+// Q8_0 is a copy and Q4_0 splits each byte's two nibbles into groups g and g + 4; fp16 scales to f32.
+template <class Dec>
+void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<Dec>;
+  static_assert(!Dec::kSplitScales && !Dec::kHasMin, "packed layouts exist for Q8_0 and Q4_0 only");
+  constexpr bool kNibbles = std::is_same_v<Dec, DecodeQ4_0>;
+  constexpr size_t kQuant = kNibbles ? 512 : 1024;
+  const size_t src_block = kQuant + kPackedPanelRows * sizeof(uint16_t);
+  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * src_block;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, src += src_block) {
+    uint8_t* pb = panel + b * L::kBlockBytes;
+    if constexpr (kNibbles) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {  // i = 2 g + h
+        const __m512i v = _mm512_load_si512(src + 64 * i);
+        _mm512_store_si512(pb + 64 * i, _mm512_and_si512(v, low));
+        _mm512_store_si512(pb + 512 + 64 * i, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(pb + 64 * i, _mm512_load_si512(src + 64 * i));
+    }
+    const __m512i h = _mm512_load_si512(src + kQuant);
+    _mm512_store_ps(pb + L::kScale, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
+    _mm512_store_ps(pb + L::kScale + 64, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
+  }
+}
+
 template <class Dec, int N>
 void int8_tile(const uint8_t* panel, int64_t nb, const BlockMajorActivations& act, int64_t rows, int64_t r0,
                float* y, int64_t ldy, int valid) {
@@ -312,7 +344,15 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
       const int64_t o0 = p * kPanelRows;
       const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
       if (p != packed) {
-        repack_int8_panel<Dec>(w, o0, count, nb, panel);
+        if constexpr (!Dec::kSplitScales && !Dec::kHasMin) {
+          if (w.packed) {
+            panel_from_packed<Dec>(w, p, nb, panel);
+          } else {
+            repack_int8_panel<Dec>(w, o0, count, nb, panel);
+          }
+        } else {
+          repack_int8_panel<Dec>(w, o0, count, nb, panel);
+        }
         packed = p;
       }
       const int64_t r_end = std::min(rows, (c + 1) * split.chunk_rows);
@@ -531,6 +571,128 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
           break;
         default:
           int8_stream_group<Dec, 4>(w, o0, count, act, nb, y, ldy);
+          break;
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Int8 family, few activation rows, packed weights (Q8_0, Q4_0; layout in packed_matrix.h). A panel's
+// block is read front to back with aligned loads: each 64-byte vector is 16 rows x 4 levels (Q4_0: x 8
+// levels, two nibbles), one vpdpbusd per activation row and vector, no shuffles. The arithmetic is the
+// tile's: per block the exact integer sum (split over two accumulators to shorten the dependency
+// chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f).
+
+struct BlockActivations {
+  int8_t* q;      // [rows][nb][32]
+  float* d;       // [rows][nb]
+  int32_t* init;  // [rows][nb]: -offset * sum q
+};
+
+template <bool kNibbles, int R>
+void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
+                       int valid) {
+  constexpr int kGroups = kNibbles ? 4 : 8;
+  constexpr size_t kQuant = size_t(kGroups) * 128;
+  constexpr size_t kBlock = kQuant + kPackedPanelRows * sizeof(uint16_t);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 f0[R], f1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = panel + size_t(b) * kBlock;
+    _mm_prefetch(reinterpret_cast<const char*>(pb + 8 * kBlock), _MM_HINT_T0);
+    __m512i a0[R], a1[R], c0[R], c1[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a0[r] = a1[r] = _mm512_set1_epi32(act.init[r * nb + b]);
+      c0[r] = c1[r] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < kGroups; ++g) {
+      const __m512i v0 = _mm512_load_si512(pb + g * 128), v1 = _mm512_load_si512(pb + g * 128 + 64);
+      if constexpr (kNibbles) {
+        const __m512i lo0 = _mm512_and_si512(v0, low), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low);
+        const __m512i lo1 = _mm512_and_si512(v1, low), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
+          const __m512i xl = _mm512_set1_epi32(load_i32(xq + 4 * g));
+          const __m512i xh = _mm512_set1_epi32(load_i32(xq + 16 + 4 * g));
+          a0[r] = _mm512_dpbusd_epi32(a0[r], lo0, xl);
+          a1[r] = _mm512_dpbusd_epi32(a1[r], lo1, xl);
+          c0[r] = _mm512_dpbusd_epi32(c0[r], hi0, xh);
+          c1[r] = _mm512_dpbusd_epi32(c1[r], hi1, xh);
+        }
+      } else {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512i xv = _mm512_set1_epi32(load_i32(act.q + (size_t(r) * nb + b) * kQK + 4 * g));
+          if (g % 2 == 0) {
+            a0[r] = _mm512_dpbusd_epi32(a0[r], v0, xv);
+            a1[r] = _mm512_dpbusd_epi32(a1[r], v1, xv);
+          } else {
+            c0[r] = _mm512_dpbusd_epi32(c0[r], v0, xv);
+            c1[r] = _mm512_dpbusd_epi32(c1[r], v1, xv);
+          }
+        }
+      }
+    }
+    const __m512i scales = _mm512_load_si512(pb + kQuant);
+    const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
+    const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 dx = _mm512_set1_ps(act.d[r * nb + b]);
+      f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[r], c0[r])), _mm512_mul_ps(dw0, dx), f0[r]);
+      f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[r], c1[r])), _mm512_mul_ps(dw1, dx), f1[r]);
+    }
+  }
+  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, k0, f0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f1[r]);
+  }
+}
+
+template <bool kNibbles>
+void packed_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const int offset = kNibbles ? DecodeQ4_0::kOffset : DecodeQ8_0::kOffset;
+  const size_t meta = size_t(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 8)));
+  BlockActivations act;
+  act.q = reinterpret_cast<int8_t*>(buf);
+  act.d = reinterpret_cast<float*>(buf + meta * kQK);
+  act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+      act.d[r * nb + b] = qb.d;
+      act.init[r * nb + b] = -offset * qb.sum;
+    }
+  }
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
+  parallel_for(pool, panels, 1, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          packed_gemv_panel<kNibbles, 1>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 2:
+          packed_gemv_panel<kNibbles, 2>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 3:
+          packed_gemv_panel<kNibbles, 3>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        default:
+          packed_gemv_panel<kNibbles, 4>(panel, nb, act, y + o0, ldy, valid);
           break;
       }
     }
@@ -810,6 +972,10 @@ void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, 
 
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool) {
+  if (w.packed && rows <= kInt8StreamMaxRows && packable_type(w.type)) {
+    return w.type == GgmlType::Q4_0 ? packed_gemv<true>(w, x, rows, ldx, y, ldy, pool)
+                                    : packed_gemv<false>(w, x, rows, ldx, y, ldy, pool);
+  }
   if (uses_int8_path(w.type)) {
     with_int8_decoder(w.type, [&](auto dec) {
       using Dec = decltype(dec);

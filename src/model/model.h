@@ -1,11 +1,13 @@
 // A loaded Gemma 4 model: hyper-parameters, the tensor table and the bound weights. The bytes stay in
-// the GGUF mapping (or in memory owned by the generator); nothing is copied except small 1-D tensors.
+// the GGUF mapping (or in memory owned by the generator); small 1-D tensors are copied to f32, and on
+// AVX-512 CPUs the Q8_0/Q4_0 matrices are repacked once for the int8 kernels (kernels/packed_matrix.h).
 #pragma once
 #include <memory>
 #include <string>
 
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "kernels/packed_matrix.h"
 #include "model/weights.h"
 
 namespace gem4 {
@@ -16,6 +18,7 @@ struct Model {
   TensorTable tensors;
   ModelConfig config;
   ModelWeights weights;
+  PackedStore packed;                    // packed copies of weights' matrices (see pack_matrices)
 
   // Opens a GGUF file (mmap); throws with the file name and the offending key or tensor.
   static std::unique_ptr<Model> load(const std::string& path);

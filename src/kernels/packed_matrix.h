@@ -1,0 +1,61 @@
+// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0 and Q4_0).
+//
+// In the GGUF layout a weight row's blocks are contiguous, so a kernel that keeps one output per f32
+// lane (which batch invariance needs, see matmul_avx512.cpp) must transpose every block it reads; on
+// decode that transposition, not memory, was the limit. The packed layout stores 32 weight rows
+// ("a panel") interleaved the way vpdpbusd consumes them, so decode streams each byte once with no
+// shuffles and prefill builds its register panels with plain copies.
+//
+// Panel p holds rows [32p, 32p + 32) (rows past the end repeat the last row); per 32-element block b,
+// at offset (p * nb + b) * block_bytes:
+//   Q8_0: 8 groups g x 2 halves h x 64 bytes: lane j (4 bytes) = levels q + 128 of elements 4g..4g+3 of
+//         row 16h + j;                                                          then 32 fp16 scales.
+//   Q4_0: 4 groups g x 2 halves h x 64 bytes: lane j = bytes 4g..4g+3 of row 16h + j's nibbles, i.e.
+//         low nibbles elements 4g..4g+3, high nibbles elements 16+4g..16+4g+3;   then 32 fp16 scales.
+// Same bytes per block as the GGUF types (34 and 18 per row), so the packed copy costs what it replaces.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/matmul.h"
+
+namespace gem4 {
+
+class ThreadPool;
+
+constexpr int kPackedPanelRows = 32;
+
+// Types with a packed layout.
+bool packable_type(GgmlType t);
+// Bytes of one panel's block (quants + scales); 0 for other types.
+size_t packed_block_bytes(GgmlType t);
+// Bytes of the whole packed matrix (0 when the type has no packed layout).
+size_t packed_matrix_bytes(const MatrixView& w);
+
+// Writes the packed layout of w into dst (packed_matrix_bytes(w) bytes, 64-byte aligned).
+void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool);
+
+// Whether the kernels read packed copies (default true). Off, they read the GGUF layout as if no copy
+// existed: `gem4 bench --repack 1,0` measures what the packed layout buys. Results are identical.
+void set_use_packed(bool on);
+bool use_packed();
+
+// Owns packed copies of matrices (one 64-byte aligned allocation each).
+class PackedStore {
+ public:
+  // Packs w if its type has a packed layout and the AVX-512 kernels are active; returns w with
+  // `packed` set (or w unchanged).
+  MatrixView add(const MatrixView& w, ThreadPool* pool);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace gem4
