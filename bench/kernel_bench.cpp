@@ -19,6 +19,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "tensor/quant.h"
 
@@ -33,12 +34,22 @@ struct BenchWeights {
   size_t row_bytes, matrix_bytes;
   int copies;
   std::vector<uint8_t> data;
+  std::unique_ptr<PackedStore> store;   // packed copies (Q8_0, Q4_0 with AVX-512), made on first use
+  std::vector<MatrixView> packed_views;
   MatrixView view(int copy) const {
     return {type, data.data() + static_cast<size_t>(copy) * matrix_bytes, in, out, row_bytes};
   }
+  // The copy as the model uses it after loading: with its packed layout (load-time repacking).
+  MatrixView packed_view(int copy) {
+    if (!store) {
+      store = std::make_unique<PackedStore>();
+      for (int c = 0; c < copies; ++c) packed_views.push_back(store->add(view(c), nullptr));
+    }
+    return packed_views[copy];
+  }
 };
 
-const BenchWeights& weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
+BenchWeights& weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
   // Keep only the latest matrix: the large ones are hundreds of MB.
   static std::unique_ptr<BenchWeights> cached;
   if (cached && cached->type == t && cached->out == out && cached->in == in &&
@@ -84,9 +95,11 @@ ThreadPool& pool2() {
   return pool;
 }
 
-void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, int64_t rows, int threads) {
+void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, int64_t rows, int threads,
+               bool packed) {
   const bool gemv = rows <= 16;  // decode and small batches: weights from DRAM
-  const BenchWeights& w = weights(type, out, in, gemv);
+  BenchWeights& w = weights(type, out, in, gemv);
+  if (packed) w.packed_view(0);
   std::vector<float> x(rows * in), y(rows * out);
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -95,7 +108,7 @@ void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, 
   int copy = 0;
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
-    matmul(w.view(copy), x.data(), rows, in, y.data(), out, pool);
+    matmul(packed ? w.packed_views[copy] : w.view(copy), x.data(), rows, in, y.data(), out, pool);
     benchmark::DoNotOptimize(y.data());
     copy = (copy + 1) % w.copies;
   }
@@ -110,7 +123,7 @@ void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, 
   state.counters["GMAC/s"] = benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.matrix_bytes) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(isa_name(active_isa()));
+  state.SetLabel(std::string(isa_name(active_isa())) + (packed && w.packed_views[0].packed ? " packed" : ""));
 }
 
 void BM_MatmulReference(benchmark::State& state) {
@@ -137,49 +150,45 @@ constexpr Shape kShapes[] = {
     {"E2B_ffn_down", 6144, 1536}, {"E4B_q", 2560, 2048},      {"E4B_ffn_up", 2560, 10240},
 };
 
+// Each benchmark on the GGUF layout; Q8_0 and Q4_0 also on the packed layout the model loads into
+// (named "<type>_packed/...").
+void register_matmul(const std::string& rest, GgmlType t, int64_t in, int64_t out, int64_t rows, int threads,
+                     double min_time) {
+  for (bool packed : {false, true}) {
+    if (packed && !packable_type(t)) continue;
+    const std::string name = std::string(ggml_type_name(t)) + (packed ? "_packed/" : "/") + rest;
+    benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, in, out, rows, threads, packed)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(min_time);
+  }
+}
+
 void register_all() {
   const GgmlType types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K,
                             GgmlType::Q6_K, GgmlType::BF16, GgmlType::F32};
   for (GgmlType t : types) {
     for (const Shape& s : kShapes) {
       for (int64_t rows : {int64_t{1}, int64_t{512}}) {
-        const std::string name =
-            std::string(ggml_type_name(t)) + "/" + s.name + "/rows:" + std::to_string(rows) + "/threads:2";
-        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.in, s.out, rows, 2)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(0.2);
+        register_matmul(std::string(s.name) + "/rows:" + std::to_string(rows) + "/threads:2", t, s.in, s.out, rows,
+                        2, 0.2);
       }
     }
   }
   // Single-thread points for the headline shape.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
-    const std::string name = std::string(ggml_type_name(t)) + "/E2B_ffn_up/rows:512/threads:1";
-    benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, 1536, 6144, 512, 1)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.2);
+    register_matmul("E2B_ffn_up/rows:512/threads:1", t, 1536, 6144, 512, 1, 0.2);
   }
   // LM head (tied embedding, 262144 x 1536), decode only: the types llama-quantize gives it.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {
     for (int threads : {1, 2}) {
-      const std::string name =
-          std::string(ggml_type_name(t)) + "/lm_head/rows:1/threads:" + std::to_string(threads);
-      benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, 1536, 262144, 1, threads)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(0.3);
+      register_matmul("lm_head/rows:1/threads:" + std::to_string(threads), t, 1536, 262144, 1, threads, 0.3);
     }
   }
   // Decode single-threaded, and small batches (speculative verification).
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {
     for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16}}) {
-      const std::string name =
-          std::string(ggml_type_name(t)) + "/E2B_ffn_up_wide/rows:" + std::to_string(rows) + "/threads:1";
-      benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, 1536, 12288, rows, 1)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(0.2);
+      register_matmul("E2B_ffn_up_wide/rows:" + std::to_string(rows) + "/threads:1", t, 1536, 12288, rows, 1, 0.2);
     }
   }
   benchmark::RegisterBenchmark("reference/Q8_0/256x256/rows:16", BM_MatmulReference)

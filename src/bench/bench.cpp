@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kernels/cpu_features.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/peaks.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
@@ -100,6 +101,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("--mask-crop", "LIST", "attention visits only visible keys", "1");
   a.value("--ple-crop", "LIST", "PLE projection of tail layers only for kept rows", "1");
   a.value("--optimal-cut", "LIST", "cut inside the last KV layer (1) or at the first shared layer (0)", "1");
+  a.value("--repack", "LIST", "Q8_0/Q4_0 kernels read the weights packed at load time (1) or the GGUF layout (0)", "1");
   a.value("-o,--output", "FMT", "md | json", "md");
   a.value("--svg", "FILE", "write a bar chart of t/s per test and variant");
   a.value("--seed", "N", "seed of the generated model and prompts", "42");
@@ -141,7 +143,8 @@ int cmd_bench(int argc, char** argv, int first) {
 
   // The ablation switches.
   std::vector<Switch> switches = {{"prune", a.list("--prune")}, {"mask_crop", a.list("--mask-crop")},
-                                  {"ple_crop", a.list("--ple-crop")}, {"optimal_cut", a.list("--optimal-cut")}};
+                                  {"ple_crop", a.list("--ple-crop")}, {"optimal_cut", a.list("--optimal-cut")},
+                                  {"repack", a.list("--repack")}};
   for (const auto& s : switches)
     for (const auto& v : s.values)
       if (v != "0" && v != "1") throw ArgError("bench: --" + s.name + " values must be 0 or 1, got '" + v + "'");
@@ -227,7 +230,7 @@ int cmd_bench(int argc, char** argv, int first) {
   size_t done_runs = 0;
   for (const auto& test : tests) {
     for (const auto& variant : variants) {
-      const std::string& spec = variant[4];
+      const std::string& spec = variant[5];
       if (spec != "none" && (test.n_gen == 0 || test.n_prompt > 0)) continue;  // drafting: -n tests only
       Forward fwd(*model, &pool);
       fwd.ubatch = ubatch;
@@ -235,6 +238,7 @@ int cmd_bench(int argc, char** argv, int first) {
       fwd.switches.mask_crop = variant[1] == "1";
       fwd.switches.ple_crop = variant[2] == "1";
       fwd.switches.optimal_cut = variant[3] == "1";
+      set_use_packed(variant[4] == "1");
       bench::Result r;
       r.model = model_name;
       r.model_type = model_type;
@@ -308,6 +312,7 @@ int cmd_bench(int argc, char** argv, int first) {
         if (warm) continue;
         mm_macs += prompt_macs, mm_secs += prompt_mm_secs;
         if (n_gen > 0) gen_bytes += fwd.stats.weight_bytes - gen_bytes0, gen_secs += gsecs;
+        if (getenv("GEM4_DBG") && n_gen > 0) std::fprintf(stderr, "DBG gen %.3f s, matmul %.3f s (incl prompt), bytes %.3f GB\n", gsecs, fwd.stats.matmul_seconds, (fwd.stats.weight_bytes - gen_bytes0)/1e9);
         const double n_tok = n_prompt + n_gen;
         // Speculative rows report generation speed without the prompt (as the plain -n rows do).
         r.samples_ts.push_back(spec_ts > 0 ? spec_ts : n_tok / secs);
@@ -369,14 +374,16 @@ int cmd_bench(int argc, char** argv, int first) {
                     cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str());
       }
     }
-    std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells)\n", human_bytes(double(peak_rss_bytes())).c_str(),
-                human_bytes(double(kv.bytes())).c_str(), kv_type_name(kv_type), max_ctx);
+    std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed at load %s\n",
+                human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
+                kv_type_name(kv_type), max_ctx, human_bytes(double(model->packed.bytes())).c_str());
   }
   if (a.has("--svg")) {
     std::ofstream f(a.str("--svg"));
     if (!f) throw std::runtime_error("bench: cannot write --svg " + a.str("--svg"));
     f << bench::svg_chart(results, "gem4 bench: " + model_type + ", " + std::to_string(n_threads) + " threads");
   }
+  set_use_packed(true);
   return 0;
 }
 

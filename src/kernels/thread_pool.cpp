@@ -87,6 +87,34 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   });
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk,
+                                      const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  if (n_threads_ == 1 || n <= chunk) {
+    fn(0, n, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int t) {
+    for (;;) {
+      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= n) return;
+      fn(begin, std::min(n, begin + chunk), t);
+    }
+  });
+}
+
+void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
+                          const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (!pool) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  const int64_t chunks = int64_t(pool->size()) * std::max(1, per_thread);
+  pool->parallel_for_dynamic(n, (n + chunks - 1) / chunks, fn);
+}
+
 void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (pool) {
     pool->parallel_for(n, grain, fn);

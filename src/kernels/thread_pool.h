@@ -23,6 +23,10 @@ class ThreadPool {
   // fn(begin, end, thread_index) over a partition of [0, n) into at most size() chunks; chunk
   // boundaries are multiples of `grain` (except the last).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+  // fn(begin, end, thread_index) over [0, n) in chunks of `chunk` handed out first come, first served:
+  // a thread slowed down (another process on its core) takes fewer chunks instead of holding up the
+  // barrier. Only for work whose result does not depend on which thread runs which chunk.
+  void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
   // fn(thread_index) on every thread.
   void run_on_all(const std::function<void(int)>& fn);
 
@@ -41,5 +45,8 @@ class ThreadPool {
 // Runs fn serially when pool is null.
 void parallel_for(ThreadPool* pool, int64_t n, int64_t grain,
                   const std::function<void(int64_t, int64_t, int)>& fn);
+// Dynamic schedule with about `per_thread` chunks per thread (serial, one call, when pool is null).
+void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
+                          const std::function<void(int64_t, int64_t, int)>& fn);
 
 }  // namespace gem4
