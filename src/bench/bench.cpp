@@ -249,7 +249,7 @@ int cmd_bench(int argc, char** argv, int first) {
       r.n_threads = n_threads, r.n_ubatch = ubatch;
       for (size_t i = 0; i < switches.size(); ++i) r.switches.push_back({switches[i].name, variant[i]});
       double flops = 0, tokens = 0, secs_total = 0;
-      double mm_macs = 0, mm_secs = 0, gen_bytes = 0, gen_secs = 0;
+      double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0;
       double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
       for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
         kv.clear_all();
@@ -268,7 +268,7 @@ int cmd_bench(int argc, char** argv, int first) {
         const auto t0 = Clock::now();
         int pos = test.n_depth;
         int32_t last = 2;
-        double prompt_macs = 0, prompt_mm_secs = 0;
+        double prompt_macs = 0, prompt_mm_secs = 0, prompt_gemm_macs = 0, prompt_gemm_secs = 0;
         if (n_prompt > 0) {
           const auto prompt = random_tokens(n_prompt, V, seed + 11 + uint64_t(rep + 1));
           Batch b;
@@ -279,6 +279,8 @@ int cmd_bench(int argc, char** argv, int first) {
           last = prompt.back();
           prompt_macs = fwd.stats.matmul_macs;
           prompt_mm_secs = fwd.stats.matmul_seconds;
+          prompt_gemm_macs = fwd.stats.int8_gemm_macs;
+          prompt_gemm_secs = fwd.stats.int8_gemm_seconds;
         }
         const double gen_bytes0 = fwd.stats.weight_bytes;
         const auto t_gen = Clock::now();
@@ -311,8 +313,8 @@ int cmd_bench(int argc, char** argv, int first) {
         const double gsecs = std::chrono::duration<double>(Clock::now() - t_gen).count();
         if (warm) continue;
         mm_macs += prompt_macs, mm_secs += prompt_mm_secs;
+        gemm_macs += prompt_gemm_macs, gemm_secs += prompt_gemm_secs;
         if (n_gen > 0) gen_bytes += fwd.stats.weight_bytes - gen_bytes0, gen_secs += gsecs;
-        if (getenv("GEM4_DBG") && n_gen > 0) std::fprintf(stderr, "DBG gen %.3f s, matmul %.3f s (incl prompt), bytes %.3f GB\n", gsecs, fwd.stats.matmul_seconds, (fwd.stats.weight_bytes - gen_bytes0)/1e9);
         const double n_tok = n_prompt + n_gen;
         // Speculative rows report generation speed without the prompt (as the plain -n rows do).
         r.samples_ts.push_back(spec_ts > 0 ? spec_ts : n_tok / secs);
@@ -332,9 +334,11 @@ int cmd_bench(int argc, char** argv, int first) {
         r.extra["spec_acceptance"] = spec_drafted > 0 ? spec_accepted / spec_drafted : 0.0;
         r.extra["spec_mean_accepted"] = spec_rounds > 0 ? spec_accepted / spec_rounds : 0.0;
       }
-      if (mm_secs > 0) {
-        r.extra["prompt_gemm_gmacs"] = mm_macs / mm_secs / 1e9;
-        if (peaks.int8_gmacs > 0) r.extra["prompt_gemm_int8_peak_frac"] = mm_macs / mm_secs / 1e9 / peaks.int8_gmacs;
+      if (mm_secs > 0) r.extra["prompt_matmul_gmacs"] = mm_macs / mm_secs / 1e9;
+      if (gemm_secs > 0) {
+        r.extra["prompt_gemm_gmacs"] = gemm_macs / gemm_secs / 1e9;
+        r.extra["prompt_gemm_mac_share"] = gemm_macs / mm_macs;
+        if (peaks.int8_gmacs > 0) r.extra["prompt_gemm_int8_peak_frac"] = gemm_macs / gemm_secs / 1e9 / peaks.int8_gmacs;
       }
       if (gen_secs > 0) {
         r.extra["decode_weight_gbs"] = gen_bytes / gen_secs / 1e9;
@@ -363,16 +367,21 @@ int cmd_bench(int argc, char** argv, int first) {
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
     if (a.on("--roofline")) {
       std::printf("\nroofline (peaks: int8 %.0f GMAC/s, read %.1f GB/s):\n", peaks.int8_gmacs, peaks.read_gbs);
-      std::printf("| test | variant | prompt GEMM GMAC/s | of int8 peak | decode weight GB/s | of read bandwidth |\n|---|---|---:|---:|---:|---:|\n");
+      std::printf(
+          "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all prompt matmuls "
+          "GMAC/s | decode weight GB/s | of read bandwidth |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : results) {
         auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
         std::string variant;
         for (const auto& [k, v] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + v;
         auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
-        std::printf("| %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(), cell(get("prompt_gemm_gmacs"), "%.1f").c_str(),
-                    cell(get("prompt_gemm_int8_peak_frac") * 100, "%.1f %%").c_str(), cell(get("decode_weight_gbs"), "%.2f").c_str(),
-                    cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str());
+        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(),
+                    cell(get("prompt_gemm_gmacs"), "%.1f").c_str(), cell(get("prompt_gemm_int8_peak_frac") * 100, "%.1f %%").c_str(),
+                    cell(get("prompt_gemm_mac_share") * 100, "%.1f %%").c_str(), cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
+                    cell(get("decode_weight_gbs"), "%.2f").c_str(), cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str());
       }
+      std::printf("(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the prompt's\n"
+                  " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and head)\n");
     }
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed at load %s\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),

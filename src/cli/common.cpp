@@ -1,6 +1,10 @@
 #include "cli/common.h"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <iterator>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -52,6 +56,22 @@ long long status_kib(const char* key) {
 
 long long peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
 long long current_rss_bytes() { return status_kib("VmRSS:") * 1024; }
+
+double seconds_since_process_start() {
+  std::ifstream f("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Field 22 (starttime, clock ticks after boot) counts from after the ")" that ends field 2.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream in(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && in >> field; ++i) {
+  }
+  timespec now;
+  if (field.empty() || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return -1;
+  const double start = std::stod(field) / double(sysconf(_SC_CLK_TCK));
+  return double(now.tv_sec) + 1e-9 * double(now.tv_nsec) - start;
+}
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

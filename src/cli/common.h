@@ -20,5 +20,8 @@ int thread_count(const Args& a);
 long long peak_rss_bytes();
 long long current_rss_bytes();
 std::string human_bytes(double bytes);
+// Seconds since this process was started by the kernel (from /proc/self/stat; 10 ms resolution), so
+// that "time to first token" can include exec, loading and packing the model. -1 if unknown.
+double seconds_since_process_start();
 
 }  // namespace gem4::cli

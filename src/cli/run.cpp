@@ -33,12 +33,13 @@ std::string read_prompt(const Args& a) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-void print_timings(const generate::GenerateStats& st, const KvCache& kv) {
+void print_timings(const generate::GenerateStats& st, const KvCache& kv, double first_token_since_start) {
   std::fprintf(stderr, "\n\nprompt:     %d tokens (%d processed, %d reused) in %.3f s, %.1f t/s\n", st.prompt_tokens,
                st.prompt_processed, st.prompt_reused, st.prompt_s, st.prompt_tokens_per_s());
   std::fprintf(stderr, "generation: %d tokens in %.3f s, %.1f t/s (stop: %s)\n", st.generated, st.generation_s,
                st.generation_tokens_per_s(), generate::stop_reason_name(st.stop));
-  std::fprintf(stderr, "time to first token: %.3f s\n", st.ttft_s);
+  std::fprintf(stderr, "time to first token: %.3f s after the prompt, %.3f s after the process started\n", st.ttft_s,
+               first_token_since_start);
   std::fprintf(stderr, "peak RSS: %s, KV cache: %s (%s, %d tokens)\n", human_bytes(double(peak_rss_bytes())).c_str(),
                human_bytes(double(kv.bytes())).c_str(), kv_type_name(kv.type()), kv.n_ctx());
 }
@@ -69,8 +70,13 @@ int cmd_run(int argc, char** argv, int first) {
   if (!chat && (a.has("--system") || a.on("--think"))) throw ArgError("run: --system and --think need --chat");
   const std::string prompt_text = read_prompt(a);
 
+  const double t_load0 = seconds_since_process_start();
   auto model = Model::load(a.str("-m"));
+  const double t_load1 = seconds_since_process_start();
   const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
+  std::fprintf(stderr, "load: model %.3f s (%s of weights packed for the kernels), tokenizer %.3f s\n",
+               t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(),
+               seconds_since_process_start() - t_load1);
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
 
   generate::GenerateRequest req;
@@ -102,7 +108,9 @@ int cmd_run(int argc, char** argv, int first) {
   spec_opt.seed = req.sampling.seed;
 
   ReplyPrinter printer;
+  double first_token_since_start = -1;
   auto on_piece = [&](std::string_view piece, int32_t) {
+    if (first_token_since_start < 0) first_token_since_start = seconds_since_process_start();
     if (chat) {
       printer.push(piece);
     } else {
@@ -119,7 +127,7 @@ int cmd_run(int argc, char** argv, int first) {
   if (chat) printer.finish();
   if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
   std::fflush(stdout);
-  print_timings(result.stats, session.kv());
+  print_timings(result.stats, session.kv(), first_token_since_start);
   return 0;
 }
 

@@ -584,9 +584,9 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
 // tile's: per block the exact integer sum (split over two accumulators to shorten the dependency
 // chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f).
 
-// Software prefetch distance of the packed GEMV, in 64-byte lines (2 KiB): each core keeps enough
-// misses in flight to approach its share of DRAM bandwidth (the hardware prefetcher alone reached
-// about 85 % of it in gem4_kernel_bench).
+// Software prefetch distance of the packed GEMV, in 64-byte lines (2 KiB ahead of the block being
+// read), so that each core keeps more misses in flight than the hardware prefetcher starts on its own.
+// In gem4_kernel_bench distances of 1 to 10 KiB measured within the machine's noise of each other.
 constexpr size_t kGemvPrefetchLines = 32;
 
 struct BlockActivations {

@@ -29,6 +29,10 @@ struct ForwardStats {
   double matmul_macs = 0;
   double matmul_seconds = 0;   // wall time inside matrix products
   double weight_bytes = 0;     // weight bytes the matrix products streamed
+  // The subset that runs on the int8 GEMM kernels: quantized weights, more than 4 rows (fewer rows
+  // take the bandwidth-bound GEMV path; F32/F16/BF16 weights the float kernels).
+  double int8_gemm_macs = 0;
+  double int8_gemm_seconds = 0;
   double attention_macs = 0;
   int64_t rows = 0;        // rows entering layer 0
   int64_t tail_rows = 0;   // rows that went through the KV-shared tail
