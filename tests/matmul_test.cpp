@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -587,6 +588,28 @@ TEST(MatrixView, RowsOfAPackedMatrix) {
     matmul(sub, x.data(), 2, 64, got.data(), count, nullptr);
     matmul(w.view().rows(first, count), x.data(), 2, 64, want.data(), count, nullptr);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << first;
+  }
+}
+
+// Both schedules cover [0, n) exactly once, in chunks within bounds, for any pool size and chunking.
+TEST(ThreadPool, SchedulesCoverEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{100}, int64_t{1001}}) {
+      for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{64}}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.parallel_for_dynamic(n, chunk, [&](int64_t b, int64_t e, int t) {
+          ASSERT_TRUE(0 <= b && b < e && e <= n && e - b <= chunk && 0 <= t && t < threads);
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        });
+        pool.parallel_for(n, chunk, [&](int64_t b, int64_t e, int t) {
+          ASSERT_TRUE(0 <= b && b < e && e <= n && 0 <= t && t < threads);
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        });
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 2) << "threads=" << threads << " n=" << n << " i=" << i;
+      }
+    }
   }
 }
 
