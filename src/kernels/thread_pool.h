@@ -25,7 +25,8 @@ class ThreadPool {
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
   // fn(begin, end, thread_index) over [0, n) in chunks of `chunk` handed out first come, first served:
   // a thread slowed down (another process on its core) takes fewer chunks instead of holding up the
-  // barrier. Only for work whose result does not depend on which thread runs which chunk.
+  // barrier (with one thread, or n <= chunk, one call covers everything). Only for work whose result
+  // does not depend on which thread runs which chunk.
   void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
   // fn(thread_index) on every thread.
   void run_on_all(const std::function<void(int)>& fn);
