@@ -88,8 +88,8 @@ void with_int8_decoder(GgmlType t, Fn&& fn) {
 // weights and 1 for the broadcast. Each 64-byte weight load feeds 6 vpdpbusd and each activation
 // broadcast 2, so the loop is bound by vpdpbusd (96 per block) plus the per-block scaling (12 cvt,
 // 12 mul, 12 fma), not by loads. The panel (about 1.1 KiB per block, 55 KiB for in = 1536) stays in L2
-// and is reused by every activation row; the quantized activations are stored block-major so the six
-// rows of a tile are 192 contiguous bytes per block.
+// and is reused by every activation row; the quantized activations are stored tile-major so the six
+// rows of a tile are 192 contiguous bytes per block, one block after the other.
 
 constexpr int kPanelRows = 32;
 constexpr int kInt8TileRows = 6;
@@ -103,12 +103,21 @@ struct PanelLayout {
   static constexpr size_t kBlockBytes = kMin + (Dec::kHasMin ? 128 : 0);
 };
 
-struct BlockMajorActivations {
-  int8_t* q;         // [nb][rows][32]
-  float* d;          // [nb][rows]
-  int32_t* init;     // [nb][rows]: -offset * sum q (of the first 16 quants with split scales)
-  int32_t* init_hi;  // [nb][rows]: -offset * sum of the last 16 quants (split scales only)
-  float* s;          // [nb][rows]
+// Quantized activations grouped by row tile: [rows / 6][nb][6] (rows padded to whole tiles), so that a
+// tile reads one sequential stream, 192 bytes of quants per block. (Block-major [nb][rows] jumped
+// rows x 32 bytes from block to block, which the hardware prefetchers do not follow; with in = 6144
+// the activations outgrow L2 and every block was a cache miss.)
+struct TileMajorActivations {
+  int8_t* q;         // [tiles][nb][6][32]
+  float* d;          // [tiles][nb][6]
+  int32_t* init;     // [tiles][nb][6]: -offset * sum q (of the first 16 quants with split scales)
+  int32_t* init_hi;  // [tiles][nb][6]: -offset * sum of the last 16 quants (split scales only)
+  float* s;          // [tiles][nb][6]
+  int64_t nb;
+  // Index of (row r, block b) in the arrays above.
+  int64_t at(int64_t r, int64_t b) const {
+    return ((r / kInt8TileRows) * nb + b) * kInt8TileRows + r % kInt8TileRows;
+  }
 };
 
 // Transposes 16 rows x 8 dwords into 8 vectors of 16 lanes: z[i] holds row i in its low half and row
@@ -214,7 +223,7 @@ void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* pane
 }
 
 template <class Dec, int N>
-void int8_tile(const uint8_t* panel, int64_t nb, const BlockMajorActivations& act, int64_t rows, int64_t r0,
+void int8_tile(const uint8_t* panel, int64_t nb, const TileMajorActivations& act, int64_t rows, int64_t r0,
                float* y, int64_t ldy, int valid) {
   using L = PanelLayout<Dec>;
   __m512 f0[N], f1[N];
@@ -222,8 +231,8 @@ void int8_tile(const uint8_t* panel, int64_t nb, const BlockMajorActivations& ac
   for (int n = 0; n < N; ++n) f0[n] = f1[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pb = panel + b * L::kBlockBytes;
-    const int8_t* xb = act.q + (b * rows + r0) * kQK;
-    const int64_t meta = b * rows + r0;
+    const int64_t meta = act.at(r0, b);
+    const int8_t* xb = act.q + meta * kQK;
     // Integer dot products over groups [g0, g1) of 4 elements, then scaled into the f32 sums.
     auto span = [&](int g0, int g1, const int32_t* init, size_t scale_at) {
       __m512i a0[N], a1[N];
@@ -274,7 +283,7 @@ void int8_tile(const uint8_t* panel, int64_t nb, const BlockMajorActivations& ac
 }
 
 template <class Dec>
-void int8_tile_any(int n, const uint8_t* panel, int64_t nb, const BlockMajorActivations& act, int64_t rows,
+void int8_tile_any(int n, const uint8_t* panel, int64_t nb, const TileMajorActivations& act, int64_t rows,
                    int64_t r0, float* y, int64_t ldy, int valid) {
   switch (n) {
     case 6:
@@ -313,10 +322,12 @@ template <class Dec>
 void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                ThreadPool* pool) {
   const int64_t nb = w.in / kQK;
-  const size_t q_bytes = static_cast<size_t>(rows * nb * kQK);
-  const size_t meta = static_cast<size_t>(rows * nb);
+  const int64_t padded_rows = (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows;
+  const size_t q_bytes = static_cast<size_t>(padded_rows * nb * kQK);
+  const size_t meta = static_cast<size_t>(padded_rows * nb);
   auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, q_bytes + meta * 16));
-  BlockMajorActivations act;
+  TileMajorActivations act;
+  act.nb = nb;
   act.q = reinterpret_cast<int8_t*>(buf);
   act.d = reinterpret_cast<float*>(buf + q_bytes);
   act.init = reinterpret_cast<int32_t*>(act.d + meta);
@@ -325,8 +336,8 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
   parallel_for(pool, rows, 8, [&](int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t b = 0; b < nb; ++b) {
-        const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (b * rows + r) * kQK);
-        const int64_t m = b * rows + r;
+        const int64_t m = act.at(r, b);
+        const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + m * kQK);
         act.d[m] = qb.d;
         act.s[m] = qb.s;
         act.init[m] = -Dec::kOffset * (Dec::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
