@@ -78,7 +78,9 @@ template <typename Loop>
 double measure(ThreadPool* pool, Loop loop, int64_t iters) {
   const int n = pool ? pool->size() : 1;
   double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+  // Best of many short runs (~10 ms each): on a shared machine a neighbour's burst lowers some of
+  // them, and a peak must not be underestimated (that would flatter every fraction of it).
+  for (int rep = 0; rep < 20; ++rep) {
     std::vector<double> ops(n, 0);
     const auto t0 = Clock::now();
     if (pool) pool->run_on_all([&](int t) { ops[t] = loop(iters); });
@@ -96,7 +98,7 @@ double read_bandwidth(ThreadPool* pool) {
   std::vector<uint8_t> buf(bytes, 1);
   const int n = pool ? pool->size() : 1;
   double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 8; ++rep) {  // best of 8 passes over 512 MiB, for the same reason
     std::vector<float> sums(n, 0);
     const auto t0 = Clock::now();
     auto body = [&](int t) {
