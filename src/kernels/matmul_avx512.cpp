@@ -639,8 +639,10 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
     for (int g = 0; g < kGroups; ++g) {
       const __m512i v0 = _mm512_load_si512(pb + g * 128), v1 = _mm512_load_si512(pb + g * 128 + 64);
       if constexpr (kNibbles) {
-        const __m512i lo0 = _mm512_and_si512(v0, low), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low);
-        const __m512i lo1 = _mm512_and_si512(v1, low), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low);
+        // High nibbles are used in place, as 16 x level (at most 240, still a byte): their sums c0, c1
+        // are multiples of 16 and are divided back exactly below, one shift instead of one per vector.
+        const __m512i lo0 = _mm512_and_si512(v0, low), hi0 = _mm512_andnot_si512(low, v0);
+        const __m512i lo1 = _mm512_and_si512(v1, low), hi1 = _mm512_andnot_si512(low, v1);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
@@ -670,6 +672,10 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
     const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
+      if constexpr (kNibbles) {
+        c0[r] = _mm512_srai_epi32(c0[r], 4);  // exact: 16 x the high nibbles' sum
+        c1[r] = _mm512_srai_epi32(c1[r], 4);
+      }
       const __m512 dx = _mm512_set1_ps(act.d[r * nb + b]);
       f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[r], c0[r])), _mm512_mul_ps(dw0, dx), f0[r]);
       f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[r], c1[r])), _mm512_mul_ps(dw1, dx), f1[r]);
