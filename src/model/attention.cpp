@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/attention_ops.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -14,10 +15,6 @@
 namespace gem4 {
 
 namespace {
-
-inline void axpy(float a, const float* x, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
-}
 
 // The keys and values one sequence's query rows may read, as f32 rows indexed by position - first.
 // For an f32 cache these point into the cache; for f16/bf16 the range is converted once per call
@@ -92,25 +89,49 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
     }
   }
 
+  // Tasks: blocks of up to kRowBlock consecutive rows of one sequence, times KV heads. A block's query
+  // heads are scored together in one matrix product over the union of the rows' key ranges, so each
+  // run of keys is laid out for the kernel once per block rather than once per row (with causal rows
+  // the union adds at most kRowBlock - 1 keys, whose scores are simply not used). Softmax and the
+  // weighted sum of values then run over each row's own range, so a row's result does not depend on
+  // which rows share its block.
+  constexpr int kRowBlock = 8;
+  std::vector<std::pair<int, int>> blocks;
+  for (int r = 0; r < n;) {
+    int e = r + 1;
+    while (e < n && e - r < kRowBlock && seq[e] == seq[r]) ++e;
+    blocks.emplace_back(r, e);
+    r = e;
+  }
   std::atomic<int64_t> scored{0};
-  parallel_for(pool, int64_t(n) * s.n_kv_heads, 1, [&](int64_t begin, int64_t end, int) {
-    thread_local std::vector<float> scores;
+  parallel_for(pool, int64_t(blocks.size()) * s.n_kv_heads, 1, [&](int64_t begin, int64_t end, int) {
+    thread_local std::vector<float> scores, qbuf;
     int64_t local_scored = 0;
     for (int64_t task = begin; task < end; ++task) {
-      const int r = int(task / s.n_kv_heads), g = int(task % s.n_kv_heads);
-      const SeqKeys& sk = keys[seq[r]];
-      int lo, hi, vis_lo;
-      range(r, lo, hi, vis_lo);
-      const int p = pos[r];
-      const int nk = hi - lo + 1;
-      local_scored += int64_t(nk) * group;
-      scores.resize(size_t(group) * nk);
-      const float* qg = q + int64_t(r) * qw + int64_t(g) * group * hd;
-      // Scores of the group's query heads against every visited key: an f32 matrix product over runs
-      // of keys that sit contiguously in memory (the whole range, except where a sliding ring wraps).
-      // scores is [group][nk].
+      const auto [rb, re] = blocks[size_t(task / s.n_kv_heads)];
+      const int g = int(task % s.n_kv_heads);
+      const SeqKeys& sk = keys[seq[rb]];
+      int ulo = 0, uhi = -1;
+      for (int r = rb; r < re; ++r) {
+        int lo, hi, vis_lo;
+        range(r, lo, hi, vis_lo);
+        ulo = r == rb ? lo : std::min(ulo, lo);
+        uhi = r == rb ? hi : std::max(uhi, hi);
+      }
+      const int nk = uhi - ulo + 1;
+      const int q_rows = (re - rb) * group;
+      // The block's query heads of this KV group, [q_rows][hd]; scores is [q_rows][nk].
+      qbuf.resize(size_t(q_rows) * hd);
+      for (int r = rb; r < re; ++r) {
+        const float* src = q + int64_t(r) * qw + int64_t(g) * group * hd;
+        std::copy(src, src + size_t(group) * hd, qbuf.begin() + size_t(r - rb) * group * hd);
+      }
+      scores.resize(size_t(q_rows) * nk);
+      // Scores against every key of the union: an f32 matrix product over runs of keys that sit
+      // contiguously in memory (the whole range, except where a sliding ring wraps). Scale 1.0 (spec
+      // 2.4 step 4).
       for (int j0 = 0; j0 < nk;) {
-        const int base = lo + j0 - sk.first;
+        const int base = ulo + j0 - sk.first;
         int len = 1;
         while (j0 + len < nk && sk.k[base + len] == sk.k[base] + size_t(len) * width) ++len;
         MatrixView keys_view;
@@ -119,27 +140,28 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
         keys_view.in = hd;
         keys_view.out = len;
         keys_view.row_bytes = size_t(width) * sizeof(float);
-        matmul(keys_view, qg, group, hd, scores.data() + j0, nk, nullptr);  // scale 1.0 (spec 2.4 step 4)
+        matmul(keys_view, qbuf.data(), q_rows, hd, scores.data() + j0, nk, nullptr);
         j0 += len;
       }
-      if (lo < vis_lo || hi > p) {  // without mask cropping: mask what the row may not see
-        for (int j = 0; j < nk; ++j) {
-          const int kp = lo + j;
-          if (kp >= vis_lo && kp <= p) continue;
-          for (int h = 0; h < group; ++h) scores[size_t(h) * nk + j] = -std::numeric_limits<float>::infinity();
-        }
-      }
-      for (int h = 0; h < group; ++h) {
-        softmax(scores.data() + size_t(h) * nk, nk);
-        float* o = out + int64_t(r) * qw + int64_t(g * group + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-      }
-      for (int j = 0; j < nk; ++j) {
-        const float* v = sk.v[lo + j - sk.first] + g * hd;
+      for (int r = rb; r < re; ++r) {
+        int lo, hi, vis_lo;
+        range(r, lo, hi, vis_lo);
+        const int p = pos[r];
+        const int nk_r = hi - lo + 1;
+        local_scored += int64_t(nk_r) * group;
+        float* sr = scores.data() + size_t(r - rb) * group * nk + (lo - ulo);  // [group][nk], row's range
         for (int h = 0; h < group; ++h) {
-          const float w = scores[size_t(h) * nk + j];
-          if (w != 0.0f) axpy(w, v, out + int64_t(r) * qw + int64_t(g * group + h) * hd, hd);
+          float* sh = sr + size_t(h) * nk;
+          if (lo < vis_lo || hi > p) {  // without mask cropping: mask what the row may not see
+            for (int j = 0; j < nk_r; ++j) {
+              const int kp = lo + j;
+              if (kp < vis_lo || kp > p) sh[j] = -std::numeric_limits<float>::infinity();
+            }
+          }
+          softmax(sh, nk_r);
         }
+        weighted_value_sum(sr, nk, group, &sk.v[lo - sk.first], int64_t(g) * hd, nk_r, hd,
+                           out + int64_t(r) * qw + int64_t(g) * group * hd, hd);
       }
     }
     scored += local_scored;

@@ -1,0 +1,61 @@
+// AVX-512 weighted sums of value rows (see attention_ops.h). Up to 8 output rows (the query heads of
+// a KV group share their value rows) x 32 columns are held in 16 accumulators while the keys stream
+// by: per key two loads of the value row and one broadcast per output row feed 16 FMAs, with no
+// stores (the old row-by-row axpy stored every partial sum, which bound it to the store port).
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace gem4 {
+
+namespace {
+
+template <int H>
+void value_tile(const float* p, int64_t ldp, const float* const* v, int64_t v_col, int64_t nk, int d0, int n,
+                float* out, int64_t ldo) {
+  const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+  __m512 a0[H], a1[H];
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* vj = v[j] + v_col + d0;
+    const __m512 v0 = _mm512_maskz_loadu_ps(m0, vj), v1 = _mm512_maskz_loadu_ps(m1, vj + 16);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      const __m512 w = _mm512_set1_ps(p[h * ldp + j]);
+      a0[h] = _mm512_fmadd_ps(w, v0, a0[h]);
+      a1[h] = _mm512_fmadd_ps(w, v1, a1[h]);
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    _mm512_mask_storeu_ps(out + h * ldo + d0, m0, a0[h]);
+    _mm512_mask_storeu_ps(out + h * ldo + d0 + 16, m1, a1[h]);
+  }
+}
+
+}  // namespace
+
+void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, const float* const* v, int64_t v_col,
+                               int64_t nk, int width, float* out, int64_t ldo) {
+  for (int h0 = 0; h0 < n_rows; h0 += 8) {
+    const int hn = std::min(8, n_rows - h0);
+    const float* ph = p + h0 * ldp;
+    float* oh = out + h0 * ldo;
+    for (int d0 = 0; d0 < width; d0 += 32) {
+      const int n = std::min(32, width - d0);
+      switch (hn) {
+        case 8: value_tile<8>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 7: value_tile<7>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 6: value_tile<6>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 5: value_tile<5>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 4: value_tile<4>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 3: value_tile<3>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 2: value_tile<2>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        default: value_tile<1>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+      }
+    }
+  }
+}
+
+}  // namespace gem4
