@@ -1,5 +1,5 @@
-// Element-wise and row-wise operations of a transformer, in f32. Each has one plain implementation;
-// they are cheap next to the matrix products.
+// Element-wise and row-wise operations of a transformer, in f32. Plain implementations (they are cheap
+// next to the matrix products), except the f16-table GELU, vectorised where AVX-512 is compiled in.
 #pragma once
 #include <cstdint>
 
@@ -24,6 +24,8 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);  
 // activation rounding amplifies every difference. Forward uses it unless exact GELU is asked for.
 float gelu_tanh_f16(float x);
 void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n);
+// The same, one element at a time (the reference the vectorised version is tested against).
+void gelu_tanh_f16_mul_reference(const float* gate, const float* up, float* out, int64_t n);
 
 // Numerically stable softmax in place.
 void softmax(float* x, int64_t n);
