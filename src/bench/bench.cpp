@@ -229,17 +229,31 @@ int cmd_bench(int argc, char** argv, int first) {
   const size_t total_runs = tests.size() * variants.size() * size_t(reps);
   size_t done_runs = 0;
   for (const auto& test : tests) {
+    // Repetitions are interleaved across the variants (rep 1 of each, then rep 2 of each, ...), so a
+    // burst of load from other processes on a shared machine hits every variant alike instead of
+    // skewing the ratio between them.
+    struct VariantRun {
+      std::vector<std::string> variant;
+      std::unique_ptr<Forward> fwd;
+      bench::Result r;
+      double flops = 0, tokens = 0, secs_total = 0;
+      double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0;
+      double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
+    };
+    std::vector<VariantRun> runs;
     for (const auto& variant : variants) {
       const std::string& spec = variant[5];
       if (spec != "none" && (test.n_gen == 0 || test.n_prompt > 0)) continue;  // drafting: -n tests only
-      Forward fwd(*model, &pool);
+      VariantRun v;
+      v.variant = variant;
+      v.fwd = std::make_unique<Forward>(*model, &pool);
+      Forward& fwd = *v.fwd;
       fwd.ubatch = ubatch;
       fwd.switches.prune = variant[0] == "1";
       fwd.switches.mask_crop = variant[1] == "1";
       fwd.switches.ple_crop = variant[2] == "1";
       fwd.switches.optimal_cut = variant[3] == "1";
-      set_use_packed(variant[4] == "1");
-      bench::Result r;
+      bench::Result& r = v.r;
       r.model = model_name;
       r.model_type = model_type;
       r.model_size = double(pc.bytes);
@@ -248,10 +262,14 @@ int cmd_bench(int argc, char** argv, int first) {
       r.n_prompt = test.n_prompt, r.n_gen = test.n_gen, r.n_depth = test.n_depth;
       r.n_threads = n_threads, r.n_ubatch = ubatch;
       for (size_t i = 0; i < switches.size(); ++i) r.switches.push_back({switches[i].name, variant[i]});
-      double flops = 0, tokens = 0, secs_total = 0;
-      double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0;
-      double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
-      for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
+      runs.push_back(std::move(v));
+    }
+    for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
+      for (VariantRun& v : runs) {
+        const std::string& spec = v.variant[5];
+        Forward& fwd = *v.fwd;
+        bench::Result& r = v.r;
+        set_use_packed(v.variant[4] == "1");
         kv.clear_all();
         ForwardOutputs out;
         // Depth: context before the test, not timed.
@@ -297,8 +315,8 @@ int cmd_bench(int argc, char** argv, int first) {
           sopt.adaptive = a.on("--draft-adaptive");
           generate::SpeculativeDecoder dec(session, drafter.get(), sopt);
           const auto run = generate::run_speculative(dec, spec_prompt, n_gen, nullptr);
-          spec_drafted += double(run.stats.drafted), spec_accepted += double(run.stats.accepted);
-          spec_rounds += double(run.stats.draft_rounds);
+          v.spec_drafted += double(run.stats.drafted), v.spec_accepted += double(run.stats.accepted);
+          v.spec_rounds += double(run.stats.draft_rounds);
           spec_ts = run.stats.decode_tokens_per_s();
         } else {
           for (int g = 0; g < n_gen; ++g) {
@@ -312,37 +330,41 @@ int cmd_bench(int argc, char** argv, int first) {
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
         const double gsecs = std::chrono::duration<double>(Clock::now() - t_gen).count();
         if (warm) continue;
-        mm_macs += prompt_macs, mm_secs += prompt_mm_secs;
-        gemm_macs += prompt_gemm_macs, gemm_secs += prompt_gemm_secs;
-        if (n_gen > 0) gen_bytes += fwd.stats.weight_bytes - gen_bytes0, gen_secs += gsecs;
+        v.mm_macs += prompt_macs, v.mm_secs += prompt_mm_secs;
+        v.gemm_macs += prompt_gemm_macs, v.gemm_secs += prompt_gemm_secs;
+        if (n_gen > 0) v.gen_bytes += fwd.stats.weight_bytes - gen_bytes0, v.gen_secs += gsecs;
         const double n_tok = n_prompt + n_gen;
         // Speculative rows report generation speed without the prompt (as the plain -n rows do).
         r.samples_ts.push_back(spec_ts > 0 ? spec_ts : n_tok / secs);
-        flops += 2.0 * (fwd.stats.matmul_macs + fwd.stats.attention_macs);
-        tokens += n_tok;
-        secs_total += secs;
+        v.flops += 2.0 * (fwd.stats.matmul_macs + fwd.stats.attention_macs);
+        v.tokens += n_tok;
+        v.secs_total += secs;
         ++done_runs;
         std::fprintf(stderr, "bench: [%zu/%zu] %s %s%s%s: %.2f t/s\n", done_runs, total_runs, r.test.c_str(),
                      fwd.switches.prune ? "prune" : "no-prune", fwd.switches.mask_crop ? "" : " no-mask-crop",
                      fwd.switches.ple_crop ? "" : " no-ple-crop", n_tok / secs);
       }
+    }
+    for (VariantRun& v : runs) {
+      bench::Result& r = v.r;
       r.finish();
-      r.flops_per_token = tokens > 0 ? flops / tokens : 0;
-      r.gflops = secs_total > 0 ? flops / secs_total / 1e9 : 0;
+      r.flops_per_token = v.tokens > 0 ? v.flops / v.tokens : 0;
+      r.gflops = v.secs_total > 0 ? v.flops / v.secs_total / 1e9 : 0;
       if (any_spec && test.n_gen > 0) {
-        r.extra["spec_drafted"] = spec_drafted;
-        r.extra["spec_acceptance"] = spec_drafted > 0 ? spec_accepted / spec_drafted : 0.0;
-        r.extra["spec_mean_accepted"] = spec_rounds > 0 ? spec_accepted / spec_rounds : 0.0;
+        r.extra["spec_drafted"] = v.spec_drafted;
+        r.extra["spec_acceptance"] = v.spec_drafted > 0 ? v.spec_accepted / v.spec_drafted : 0.0;
+        r.extra["spec_mean_accepted"] = v.spec_rounds > 0 ? v.spec_accepted / v.spec_rounds : 0.0;
       }
-      if (mm_secs > 0) r.extra["prompt_matmul_gmacs"] = mm_macs / mm_secs / 1e9;
-      if (gemm_secs > 0) {
-        r.extra["prompt_gemm_gmacs"] = gemm_macs / gemm_secs / 1e9;
-        r.extra["prompt_gemm_mac_share"] = gemm_macs / mm_macs;
-        if (peaks.int8_gmacs > 0) r.extra["prompt_gemm_int8_peak_frac"] = gemm_macs / gemm_secs / 1e9 / peaks.int8_gmacs;
+      if (v.mm_secs > 0) r.extra["prompt_matmul_gmacs"] = v.mm_macs / v.mm_secs / 1e9;
+      if (v.gemm_secs > 0) {
+        r.extra["prompt_gemm_gmacs"] = v.gemm_macs / v.gemm_secs / 1e9;
+        r.extra["prompt_gemm_mac_share"] = v.gemm_macs / v.mm_macs;
+        if (peaks.int8_gmacs > 0)
+          r.extra["prompt_gemm_int8_peak_frac"] = v.gemm_macs / v.gemm_secs / 1e9 / peaks.int8_gmacs;
       }
-      if (gen_secs > 0) {
-        r.extra["decode_weight_gbs"] = gen_bytes / gen_secs / 1e9;
-        if (peaks.read_gbs > 0) r.extra["decode_bandwidth_frac"] = gen_bytes / gen_secs / 1e9 / peaks.read_gbs;
+      if (v.gen_secs > 0) {
+        r.extra["decode_weight_gbs"] = v.gen_bytes / v.gen_secs / 1e9;
+        if (peaks.read_gbs > 0) r.extra["decode_bandwidth_frac"] = v.gen_bytes / v.gen_secs / 1e9 / peaks.read_gbs;
       }
       results.push_back(r);
     }
