@@ -193,14 +193,16 @@ void repack_int8_panel(const MatrixView& w, int64_t o0, int count, int64_t nb, u
 }
 
 // The same panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
-// Q8_0 is a copy and Q4_0 splits each byte's two nibbles into groups g and g + 4; fp16 scales to f32.
+// Q8_0 is a copy and Q4_0/Q4_K split each byte's two nibbles into groups g and g + 4; scales (and
+// Q4_K's mins) to f32.
 template <class Dec>
 void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
   using L = PanelLayout<Dec>;
-  static_assert(!Dec::kSplitScales && !Dec::kHasMin, "packed layouts exist for Q8_0 and Q4_0 only");
-  constexpr bool kNibbles = std::is_same_v<Dec, DecodeQ4_0>;
+  static_assert(!Dec::kSplitScales, "packed layouts exist for Q8_0, Q4_0 and Q4_K");
+  constexpr bool kNibbles = !std::is_same_v<Dec, DecodeQ8_0>;
+  constexpr bool kF32Scales = Dec::kHasMin;  // Q4_K
   constexpr size_t kQuant = kNibbles ? 512 : 1024;
-  const size_t src_block = kQuant + kPackedPanelRows * sizeof(uint16_t);
+  const size_t src_block = packed_block_bytes(w.type);
   const uint8_t* src = w.packed + size_t(p) * size_t(nb) * src_block;
   const __m512i low = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b, src += src_block) {
@@ -216,9 +218,16 @@ void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* pane
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) _mm512_store_si512(pb + 64 * i, _mm512_load_si512(src + 64 * i));
     }
-    const __m512i h = _mm512_load_si512(src + kQuant);
-    _mm512_store_ps(pb + L::kScale, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
-    _mm512_store_ps(pb + L::kScale + 64, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
+    if constexpr (kF32Scales) {
+      for (int i = 0; i < 2; ++i) {
+        _mm512_store_ps(pb + L::kScale + 64 * i, _mm512_load_ps(src + kQuant + 64 * i));
+        _mm512_store_ps(pb + L::kMin + 64 * i, _mm512_load_ps(src + kQuant + 128 + 64 * i));
+      }
+    } else {
+      const __m512i h = _mm512_load_si512(src + kQuant);
+      _mm512_store_ps(pb + L::kScale, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
+      _mm512_store_ps(pb + L::kScale + 64, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
+    }
   }
 }
 
@@ -355,7 +364,8 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
       const int64_t o0 = p * kPanelRows;
       const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
       if (p != packed) {
-        if constexpr (!Dec::kSplitScales && !Dec::kHasMin) {
+        if constexpr (std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> ||
+                      std::is_same_v<Dec, DecodeQ4_K>) {
           if (w.packed) {
             panel_from_packed<Dec>(w, p, nb, panel);
           } else {
@@ -597,11 +607,26 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
 }
 
 // ------------------------------------------------------------------------------------------------
-// Int8 family, few activation rows, packed weights (Q8_0, Q4_0; layout in packed_matrix.h). A panel's
-// block is read front to back with aligned loads: each 64-byte vector is 16 rows x 4 levels (Q4_0: x 8
-// levels, two nibbles), one vpdpbusd per activation row and vector, no shuffles. The arithmetic is the
-// tile's: per block the exact integer sum (split over two accumulators to shorten the dependency
-// chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f).
+// Int8 family, few activation rows, packed weights (Q8_0, Q4_0, Q4_K; layout in packed_matrix.h). A
+// panel's block is read front to back with aligned loads: each 64-byte vector is 16 rows x 4 levels
+// (Q4_0/Q4_K: x 8 levels, two nibbles), one vpdpbusd per activation row and vector, no shuffles. The
+// arithmetic is the tile's: per block the exact integer sum (split over two accumulators to shorten
+// the dependency chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f), and for Q4_K
+// f = fma(min_w, s_x, f).
+
+// The packed formats: levels one per byte or two (nibbles), scales fp16 or f32 (with f32 mins).
+struct PackedQ8_0 {
+  static constexpr bool kNibbles = false, kHasMin = false;
+  static constexpr int kOffset = DecodeQ8_0::kOffset;
+};
+struct PackedQ4_0 {
+  static constexpr bool kNibbles = true, kHasMin = false;
+  static constexpr int kOffset = DecodeQ4_0::kOffset;
+};
+struct PackedQ4_K {
+  static constexpr bool kNibbles = true, kHasMin = true;
+  static constexpr int kOffset = DecodeQ4_K::kOffset;
+};
 
 // Software prefetch distance of the packed GEMV, in 64-byte lines (2 KiB ahead of the block being
 // read), so that each core keeps more misses in flight than the hardware prefetcher starts on its own.
@@ -612,14 +637,17 @@ struct BlockActivations {
   int8_t* q;      // [rows][nb][32]
   float* d;       // [rows][nb]
   int32_t* init;  // [rows][nb]: -offset * sum q
+  float* s;       // [rows][nb]: fp16(d * sum q), for the mins
 };
 
-template <bool kNibbles, int R>
+template <class Fmt, int R>
 void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
                        int valid) {
+  constexpr bool kNibbles = Fmt::kNibbles;
   constexpr int kGroups = kNibbles ? 4 : 8;
   constexpr size_t kQuant = size_t(kGroups) * 128;
-  constexpr size_t kBlock = kQuant + kPackedPanelRows * sizeof(uint16_t);
+  constexpr size_t kBlock =
+      kQuant + (Fmt::kHasMin ? 2 * kPackedPanelRows * sizeof(float) : kPackedPanelRows * sizeof(uint16_t));
   const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 f0[R], f1[R];
 #pragma GCC unroll 4
@@ -667,9 +695,15 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
         }
       }
     }
-    const __m512i scales = _mm512_load_si512(pb + kQuant);
-    const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
-    const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
+    __m512 dw0, dw1, m0, m1;
+    if constexpr (Fmt::kHasMin) {
+      dw0 = _mm512_load_ps(pb + kQuant), dw1 = _mm512_load_ps(pb + kQuant + 64);
+      m0 = _mm512_load_ps(pb + kQuant + 128), m1 = _mm512_load_ps(pb + kQuant + 192);
+    } else {
+      const __m512i scales = _mm512_load_si512(pb + kQuant);
+      dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
+      dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       if constexpr (kNibbles) {
@@ -679,6 +713,11 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
       const __m512 dx = _mm512_set1_ps(act.d[r * nb + b]);
       f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[r], c0[r])), _mm512_mul_ps(dw0, dx), f0[r]);
       f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[r], c1[r])), _mm512_mul_ps(dw1, dx), f1[r]);
+      if constexpr (Fmt::kHasMin) {
+        const __m512 sx = _mm512_set1_ps(act.s[r * nb + b]);
+        f0[r] = _mm512_fmadd_ps(m0, sx, f0[r]);
+        f1[r] = _mm512_fmadd_ps(m1, sx, f1[r]);
+      }
     }
   }
   const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
@@ -688,22 +727,24 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
   }
 }
 
-template <bool kNibbles>
+template <class Fmt>
 void packed_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                  ThreadPool* pool) {
   const int64_t nb = w.in / kQK;
-  const int offset = kNibbles ? DecodeQ4_0::kOffset : DecodeQ8_0::kOffset;
+  const int offset = Fmt::kOffset;
   const size_t meta = size_t(rows * nb);
-  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 8)));
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
   BlockActivations act;
   act.q = reinterpret_cast<int8_t*>(buf);
   act.d = reinterpret_cast<float*>(buf + meta * kQK);
   act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  act.s = reinterpret_cast<float*>(act.init + meta);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
       act.d[r * nb + b] = qb.d;
       act.init[r * nb + b] = -offset * qb.sum;
+      act.s[r * nb + b] = qb.s;
     }
   }
   const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
@@ -715,16 +756,16 @@ void packed_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
       const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
       switch (rows) {
         case 1:
-          packed_gemv_panel<kNibbles, 1>(panel, nb, act, y + o0, ldy, valid);
+          packed_gemv_panel<Fmt, 1>(panel, nb, act, y + o0, ldy, valid);
           break;
         case 2:
-          packed_gemv_panel<kNibbles, 2>(panel, nb, act, y + o0, ldy, valid);
+          packed_gemv_panel<Fmt, 2>(panel, nb, act, y + o0, ldy, valid);
           break;
         case 3:
-          packed_gemv_panel<kNibbles, 3>(panel, nb, act, y + o0, ldy, valid);
+          packed_gemv_panel<Fmt, 3>(panel, nb, act, y + o0, ldy, valid);
           break;
         default:
-          packed_gemv_panel<kNibbles, 4>(panel, nb, act, y + o0, ldy, valid);
+          packed_gemv_panel<Fmt, 4>(panel, nb, act, y + o0, ldy, valid);
           break;
       }
     }
@@ -1005,8 +1046,14 @@ void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, 
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool) {
   if (w.packed && rows <= kInt8StreamMaxRows && packable_type(w.type)) {
-    return w.type == GgmlType::Q4_0 ? packed_gemv<true>(w, x, rows, ldx, y, ldy, pool)
-                                    : packed_gemv<false>(w, x, rows, ldx, y, ldy, pool);
+    switch (w.type) {
+      case GgmlType::Q8_0:
+        return packed_gemv<PackedQ8_0>(w, x, rows, ldx, y, ldy, pool);
+      case GgmlType::Q4_0:
+        return packed_gemv<PackedQ4_0>(w, x, rows, ldx, y, ldy, pool);
+      default:
+        return packed_gemv<PackedQ4_K>(w, x, rows, ldx, y, ldy, pool);
+    }
   }
   if (uses_int8_path(w.type)) {
     with_int8_decoder(w.type, [&](auto dec) {

@@ -9,6 +9,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
+#include "tensor/quant.h"
 
 namespace gem4 {
 
@@ -46,6 +47,47 @@ void pack_panel(const MatrixView& w, int64_t p, uint8_t* dst) {
   }
 }
 
+// Q4_K: per 32-element sub-block the levels re-nibbled as Q4_0 packs them (low nibble element 4g + k,
+// high nibble element 16 + 4g + k), then 32 f32 scales d * sc and 32 f32 mins -(dmin * m): exactly the
+// products the AVX-512 decoder forms, so packed and GGUF-layout kernels agree bit for bit.
+void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
+  const int64_t n_super = w.in / kQKK;
+  constexpr size_t kBlockBytes = 4 * 128 + 2 * kPackedPanelRows * sizeof(float);
+  const BlockQ4_K* rows[kPackedPanelRows];
+  for (int j = 0; j < kPackedPanelRows; ++j) {
+    const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
+    rows[j] = reinterpret_cast<const BlockQ4_K*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
+  }
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    for (int j = 0; j < kPackedPanelRows; ++j) {
+      const BlockQ4_K& blk = rows[j][sb];
+      // The 6-bit scales and mins of the 8 sub-blocks (see k_scales_mins in block_decode_avx512.h).
+      uint8_t sc[8], mn[8];
+      for (int t = 0; t < 4; ++t) {
+        sc[t] = blk.scales[t] & 63;
+        mn[t] = blk.scales[t + 4] & 63;
+        sc[t + 4] = uint8_t((blk.scales[t + 8] & 0x0F) | ((blk.scales[t] >> 6) << 4));
+        mn[t + 4] = uint8_t((blk.scales[t + 8] >> 4) | ((blk.scales[t + 4] >> 6) << 4));
+      }
+      const float d = fp16_to_fp32(blk.d), dmin = fp16_to_fp32(blk.dmin);
+      for (int t = 0; t < 8; ++t) {
+        uint8_t* out = dst + size_t(sb * 8 + t) * kBlockBytes;
+        const uint8_t* qs = blk.qs + 32 * (t / 2);
+        const int shift = 4 * (t % 2);
+        uint8_t u[32];
+        for (int i = 0; i < 32; ++i) u[i] = uint8_t((qs[i] >> shift) & 0x0F);
+        const int h = j / 16, lane = j % 16;
+        for (int g = 0; g < 4; ++g) {
+          uint8_t* b = out + g * 128 + h * 64 + lane * 4;
+          for (int k = 0; k < 4; ++k) b[k] = uint8_t(u[4 * g + k] | (u[16 + 4 * g + k] << 4));
+        }
+        reinterpret_cast<float*>(out + 512)[j] = float(sc[t]) * d;
+        reinterpret_cast<float*>(out + 512 + 128)[j] = float(mn[t]) * -dmin;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -55,7 +97,7 @@ std::atomic<bool> g_use_packed{true};
 void set_use_packed(bool on) { g_use_packed.store(on, std::memory_order_relaxed); }
 bool use_packed() { return g_use_packed.load(std::memory_order_relaxed); }
 
-bool packable_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+bool packable_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
 
 size_t packed_block_bytes(GgmlType t) {
   switch (t) {
@@ -63,6 +105,8 @@ size_t packed_block_bytes(GgmlType t) {
       return 8 * 128 + kScaleBytes;
     case GgmlType::Q4_0:
       return 4 * 128 + kScaleBytes;
+    case GgmlType::Q4_K:
+      return 4 * 128 + 2 * kPackedPanelRows * sizeof(float);
     default:
       return 0;
   }
@@ -81,8 +125,10 @@ void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool) {
       uint8_t* out = dst + size_t(p) * panel_bytes;
       if (w.type == GgmlType::Q8_0) {
         pack_panel<BlockQ8_0, 8, 0x80808080u>(w, p, out);  // signed q to unsigned q + 128
-      } else {
+      } else if (w.type == GgmlType::Q4_0) {
         pack_panel<BlockQ4_0, 4, 0u>(w, p, out);
+      } else {
+        pack_panel_q4_k(w, p, out);
       }
     }
   });

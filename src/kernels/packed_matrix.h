@@ -1,4 +1,4 @@
-// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0 and Q4_0).
+// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0, Q4_0, Q4_K).
 //
 // In the GGUF layout a weight row's blocks are contiguous, so a kernel that keeps one output per f32
 // lane (which batch invariance needs, see matmul_avx512.cpp) must transpose every block it reads; on
@@ -12,7 +12,10 @@
 //         row 16h + j;                                                          then 32 fp16 scales.
 //   Q4_0: 4 groups g x 2 halves h x 64 bytes: lane j = bytes 4g..4g+3 of row 16h + j's nibbles, i.e.
 //         low nibbles elements 4g..4g+3, high nibbles elements 16+4g..16+4g+3;   then 32 fp16 scales.
-// Same bytes per block as the GGUF types (34 and 18 per row), so the packed copy costs what it replaces.
+//   Q4_K: per 32-element sub-block, the Q4_0 layout of its levels, then 32 f32 scales (d x 6-bit
+//         scale) and 32 f32 mins (-dmin x 6-bit min), as the kernels use them.
+// Q8_0 and Q4_0 take the same bytes per block as the GGUF types (34 and 18 per row); Q4_K takes 24
+// bytes per row and sub-block instead of 18 (its scales decoded once, not once per token).
 #pragma once
 #include <cstddef>
 #include <cstdint>
