@@ -12,8 +12,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "model/attention.h"
 
@@ -55,7 +57,10 @@ void Forward::matmul(const MatrixView& w, const float* x, int rows, int ldx, flo
     stats.int8_gemm_seconds += secs;
     stats.int8_gemm_macs += macs;
   }
-  stats.weight_bytes += double(w.row_bytes) * double(w.out);
+  // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
+  // GGUF tensor), else the tensor.
+  const bool reads_packed = w.packed && use_packed() && active_isa() == Isa::Avx512;
+  stats.weight_bytes += reads_packed ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
 }
 
 void Forward::rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy) {
