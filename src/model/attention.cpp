@@ -43,7 +43,13 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
     }
   };
   // Gather, per sequence present, the union of positions its rows visit.
-  std::vector<SeqKeys> keys(kv.n_seq());
+  // Kept between calls (per thread): the converted key/value rows are hundreds of KiB per layer, and
+  // freeing them returned the pages to the kernel, which zeroed fresh ones on the next call.
+  // (A reference, so that the worker threads below read this thread's copy, not their own.)
+  thread_local std::vector<SeqKeys> per_thread_keys;
+  std::vector<SeqKeys>& keys = per_thread_keys;
+  keys.resize(std::max<size_t>(keys.size(), size_t(kv.n_seq())));
+  for (SeqKeys& sk : keys) sk.first = 0, sk.last = -1;
   for (int r = 0; r < n; ++r) {
     int lo, hi, vis_lo;
     range(r, lo, hi, vis_lo);
