@@ -1,31 +1,53 @@
 #include "kernels/attention_ops.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cpu_features.h"
+#include "tensor/quant.h"
 
 namespace gem4 {
 
-void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, const float* const* v, int64_t v_col,
-                               int64_t nk, int width, float* out, int64_t ldo);  // attention_ops_avx512.cpp
+void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
+                               int64_t v_col, int64_t nk, int width, float* out,
+                               int64_t ldo);  // attention_ops_avx512.cpp
 
-void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, const float* const* v,
+namespace {
+
+float element(GgmlType type, const void* row, int64_t i) {
+  switch (type) {
+    case GgmlType::F32:
+      return static_cast<const float*>(row)[i];
+    case GgmlType::F16:
+      return fp16_to_fp32(static_cast<const uint16_t*>(row)[i]);
+    case GgmlType::BF16:
+      return bf16_to_fp32(static_cast<const uint16_t*>(row)[i]);
+    default:
+      throw std::logic_error("weighted_value_sum: value rows must be F32, F16 or BF16");
+  }
+}
+
+}  // namespace
+
+void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
                                   int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
   for (int h = 0; h < n_rows; ++h) {
     float* o = out + h * ldo;
     for (int d = 0; d < width; ++d) o[d] = 0.0f;
     for (int64_t j = 0; j < nk; ++j) {
       const float w = p[h * ldp + j];
-      const float* vj = v[j] + v_col;
-      for (int d = 0; d < width; ++d) o[d] = std::fma(w, vj[d], o[d]);
+      for (int d = 0; d < width; ++d) o[d] = std::fma(w, element(type, v[j], v_col + d), o[d]);
     }
   }
 }
 
-void weighted_value_sum(const float* p, int64_t ldp, int n_rows, const float* const* v, int64_t v_col,
-                        int64_t nk, int width, float* out, int64_t ldo) {
-  if (active_isa() == Isa::Avx512) return weighted_value_sum_avx512(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
-  weighted_value_sum_reference(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+void weighted_value_sum(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
+                        int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+  if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
+    throw std::logic_error("weighted_value_sum: value rows must be F32, F16 or BF16");
+  if (active_isa() == Isa::Avx512)
+    return weighted_value_sum_avx512(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+  weighted_value_sum_reference(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
 }
 
 }  // namespace gem4

@@ -1,26 +1,45 @@
 // AVX-512 weighted sums of value rows (see attention_ops.h). Up to 8 output rows (the query heads of
 // a KV group share their value rows) x 32 columns are held in 16 accumulators while the keys stream
-// by: per key two loads of the value row and one broadcast per output row feed 16 FMAs, with no
-// stores (the old row-by-row axpy stored every partial sum, which bound it to the store port).
+// by: per key two loads of the value row (F16/BF16 converted in registers, exactly) and one broadcast
+// per output row feed 16 FMAs, with no stores (the old row-by-row axpy stored every partial sum,
+// which bound it to the store port, and needed the rows converted to f32 beforehand).
 #include <immintrin.h>
 
 #include <algorithm>
+
+#include "gguf/ggml_types.h"
 
 namespace gem4 {
 
 namespace {
 
-template <int H>
-void value_tile(const float* p, int64_t ldp, const float* const* v, int64_t v_col, int64_t nk, int d0, int n,
+struct LoadF32 {
+  using T = float;
+  static __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+};
+struct LoadBF16 {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+};
+
+template <class L, int H>
+void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0, int n,
                 float* out, int64_t ldo) {
+  using T = typename L::T;
   const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
   __m512 a0[H], a1[H];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nk; ++j) {
-    const float* vj = v[j] + v_col + d0;
-    const __m512 v0 = _mm512_maskz_loadu_ps(m0, vj), v1 = _mm512_maskz_loadu_ps(m1, vj + 16);
+    const T* vj = static_cast<const T*>(v[j]) + v_col + d0;
+    const __m512 v0 = L::load(vj, m0), v1 = L::load(vj + 16, m1);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       const __m512 w = _mm512_set1_ps(p[h * ldp + j]);
@@ -34,10 +53,9 @@ void value_tile(const float* p, int64_t ldp, const float* const* v, int64_t v_co
   }
 }
 
-}  // namespace
-
-void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, const float* const* v, int64_t v_col,
-                               int64_t nk, int width, float* out, int64_t ldo) {
+template <class L>
+void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
+               int width, float* out, int64_t ldo) {
   for (int h0 = 0; h0 < n_rows; h0 += 8) {
     const int hn = std::min(8, n_rows - h0);
     const float* ph = p + h0 * ldp;
@@ -45,16 +63,46 @@ void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, const fl
     for (int d0 = 0; d0 < width; d0 += 32) {
       const int n = std::min(32, width - d0);
       switch (hn) {
-        case 8: value_tile<8>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        case 7: value_tile<7>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        case 6: value_tile<6>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        case 5: value_tile<5>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        case 4: value_tile<4>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        case 3: value_tile<3>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        case 2: value_tile<2>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
-        default: value_tile<1>(ph, ldp, v, v_col, nk, d0, n, oh, ldo); break;
+        case 8:
+          value_tile<L, 8>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        case 7:
+          value_tile<L, 7>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        case 6:
+          value_tile<L, 6>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        case 5:
+          value_tile<L, 5>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        case 4:
+          value_tile<L, 4>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        case 3:
+          value_tile<L, 3>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        case 2:
+          value_tile<L, 2>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
+        default:
+          value_tile<L, 1>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+          break;
       }
     }
+  }
+}
+
+}  // namespace
+
+void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
+                               int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+  switch (type) {
+    case GgmlType::F16:
+      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+    case GgmlType::BF16:
+      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+    default:
+      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
   }
 }
 

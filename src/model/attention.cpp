@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kernels/attention_ops.h"
-#include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -16,14 +15,23 @@ namespace gem4 {
 
 namespace {
 
-// The keys and values one sequence's query rows may read, as f32 rows indexed by position - first.
-// For an f32 cache these point into the cache; for f16/bf16 the range is converted once per call
-// (not once per query row and head).
+// The keys and values one sequence's query rows may read: pointers to the cache rows (in the cache's
+// element type) indexed by position - first. The kernels read F16/BF16 rows directly.
 struct SeqKeys {
   int first = 0, last = -1;  // positions [first, last]
-  std::vector<const float*> k, v;
-  std::vector<float> k_buf, v_buf;
+  std::vector<const void*> k, v;
 };
+
+GgmlType element_type(KvType t) {
+  switch (t) {
+    case KvType::F16:
+      return GgmlType::F16;
+    case KvType::BF16:
+      return GgmlType::BF16;
+    default:
+      return GgmlType::F32;
+  }
+}
 
 }  // namespace
 
@@ -43,8 +51,7 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
     }
   };
   // Gather, per sequence present, the union of positions its rows visit.
-  // Kept between calls (per thread): the converted key/value rows are hundreds of KiB per layer, and
-  // freeing them returned the pages to the kernel, which zeroed fresh ones on the next call.
+  // Kept between calls (per thread), not reallocated for every layer.
   // (A reference, so that the worker threads below read this thread's copy, not their own.)
   thread_local std::vector<SeqKeys> per_thread_keys;
   std::vector<SeqKeys>& keys = per_thread_keys;
@@ -60,38 +67,17 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
       sk.first = std::min(sk.first, lo), sk.last = std::max(sk.last, hi);
     }
   }
+  const GgmlType type = element_type(kv.type());
+  const size_t elem = ggml_row_bytes(type, 1);
   for (int sq = 0; sq < kv.n_seq(); ++sq) {
     SeqKeys& sk = keys[sq];
     if (sk.last < sk.first) continue;
     const int nk = sk.last - sk.first + 1;
     sk.k.resize(nk), sk.v.resize(nk);
-    if (kv.type() == KvType::F32) {
-      for (int j = 0; j < nk; ++j) {
-        const int cell = kv.cell_of(slot, sk.first + j);
-        sk.k[j] = static_cast<const float*>(kv.k_row(slot, sq, cell));
-        sk.v[j] = static_cast<const float*>(kv.v_row(slot, sq, cell));
-      }
-      continue;
-    }
-    sk.k_buf.resize(size_t(nk) * width), sk.v_buf.resize(size_t(nk) * width);
-    const bool bf16 = kv.type() == KvType::BF16;
-    parallel_for(pool, nk, 16, [&](int64_t b, int64_t e, int) {
-      for (int64_t j = b; j < e; ++j) {
-        const int cell = kv.cell_of(slot, sk.first + int(j));
-        const auto* kr = static_cast<const uint16_t*>(kv.k_row(slot, sq, cell));
-        const auto* vr = static_cast<const uint16_t*>(kv.v_row(slot, sq, cell));
-        float* kd = sk.k_buf.data() + j * width;
-        float* vd = sk.v_buf.data() + j * width;
-        if (bf16) {
-          convert_bf16_to_f32(kr, kd, width), convert_bf16_to_f32(vr, vd, width);
-        } else {
-          convert_f16_to_f32(kr, kd, width), convert_f16_to_f32(vr, vd, width);
-        }
-      }
-    });
     for (int j = 0; j < nk; ++j) {
-      sk.k[j] = sk.k_buf.data() + size_t(j) * width;
-      sk.v[j] = sk.v_buf.data() + size_t(j) * width;
+      const int cell = kv.cell_of(slot, sk.first + j);
+      sk.k[j] = kv.k_row(slot, sq, cell);
+      sk.v[j] = kv.v_row(slot, sq, cell);
     }
   }
 
@@ -139,13 +125,14 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
       for (int j0 = 0; j0 < nk;) {
         const int base = ulo + j0 - sk.first;
         int len = 1;
-        while (j0 + len < nk && sk.k[base + len] == sk.k[base] + size_t(len) * width) ++len;
+        const auto* first_key = static_cast<const uint8_t*>(sk.k[base]);
+        while (j0 + len < nk && sk.k[base + len] == first_key + size_t(len) * width * elem) ++len;
         MatrixView keys_view;
-        keys_view.type = GgmlType::F32;
-        keys_view.data = sk.k[base] + g * hd;
+        keys_view.type = type;
+        keys_view.data = first_key + size_t(g) * hd * elem;
         keys_view.in = hd;
         keys_view.out = len;
-        keys_view.row_bytes = size_t(width) * sizeof(float);
+        keys_view.row_bytes = size_t(width) * elem;
         matmul(keys_view, qbuf.data(), q_rows, hd, scores.data() + j0, nk, nullptr);
         j0 += len;
       }
@@ -166,7 +153,7 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
           }
           softmax(sh, nk_r);
         }
-        weighted_value_sum(sr, nk, group, &sk.v[lo - sk.first], int64_t(g) * hd, nk_r, hd,
+        weighted_value_sum(sr, nk, group, type, &sk.v[lo - sk.first], int64_t(g) * hd, nk_r, hd,
                            out + int64_t(r) * qw + int64_t(g) * group * hd, hd);
       }
     }
