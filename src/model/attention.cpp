@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/attention_ops.h"
+#include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -20,6 +21,7 @@ namespace {
 struct SeqKeys {
   int first = 0, last = -1;  // positions [first, last]
   std::vector<const void*> k, v;
+  std::vector<float> k_buf, v_buf;  // the rows converted to f32, for prompts (see attend)
 };
 
 GgmlType element_type(KvType t) {
@@ -67,17 +69,44 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
       sk.first = std::min(sk.first, lo), sk.last = std::max(sk.last, hi);
     }
   }
-  const GgmlType type = element_type(kv.type());
+  // F16/BF16 rows: a prompt's many query rows read each key many times, so the range is converted to
+  // f32 once per call (in parallel); a few decode rows read the cache directly. Both give the same
+  // bits (the kernels convert exactly).
+  const bool convert = kv.type() != KvType::F32 && n > 4;
+  const GgmlType type = convert ? GgmlType::F32 : element_type(kv.type());
   const size_t elem = ggml_row_bytes(type, 1);
   for (int sq = 0; sq < kv.n_seq(); ++sq) {
     SeqKeys& sk = keys[sq];
     if (sk.last < sk.first) continue;
     const int nk = sk.last - sk.first + 1;
     sk.k.resize(nk), sk.v.resize(nk);
+    if (!convert) {
+      for (int j = 0; j < nk; ++j) {
+        const int cell = kv.cell_of(slot, sk.first + j);
+        sk.k[j] = kv.k_row(slot, sq, cell);
+        sk.v[j] = kv.v_row(slot, sq, cell);
+      }
+      continue;
+    }
+    sk.k_buf.resize(size_t(nk) * width), sk.v_buf.resize(size_t(nk) * width);
+    const bool bf16 = kv.type() == KvType::BF16;
+    parallel_for(pool, nk, 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t j = b; j < e; ++j) {
+        const int cell = kv.cell_of(slot, sk.first + int(j));
+        const auto* kr = static_cast<const uint16_t*>(kv.k_row(slot, sq, cell));
+        const auto* vr = static_cast<const uint16_t*>(kv.v_row(slot, sq, cell));
+        float* kd = sk.k_buf.data() + j * width;
+        float* vd = sk.v_buf.data() + j * width;
+        if (bf16) {
+          convert_bf16_to_f32(kr, kd, width), convert_bf16_to_f32(vr, vd, width);
+        } else {
+          convert_f16_to_f32(kr, kd, width), convert_f16_to_f32(vr, vd, width);
+        }
+      }
+    });
     for (int j = 0; j < nk; ++j) {
-      const int cell = kv.cell_of(slot, sk.first + j);
-      sk.k[j] = kv.k_row(slot, sq, cell);
-      sk.v[j] = kv.v_row(slot, sq, cell);
+      sk.k[j] = sk.k_buf.data() + size_t(j) * width;
+      sk.v[j] = sk.v_buf.data() + size_t(j) * width;
     }
   }
 
@@ -96,7 +125,11 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
     r = e;
   }
   std::atomic<int64_t> scored{0};
-  parallel_for(pool, int64_t(blocks.size()) * s.n_kv_heads, 1, [&](int64_t begin, int64_t end, int) {
+  // With a single task (decode of a model with one KV head) the task itself uses the threads: keys are
+  // split among them for the scores, value columns for the weighted sums, neither changing any result.
+  const int64_t n_tasks = int64_t(blocks.size()) * s.n_kv_heads;
+  ThreadPool* inner = n_tasks == 1 ? pool : nullptr;
+  parallel_for(pool, n_tasks, 1, [&](int64_t begin, int64_t end, int) {
     thread_local std::vector<float> scores, qbuf;
     int64_t local_scored = 0;
     for (int64_t task = begin; task < end; ++task) {
@@ -133,7 +166,7 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
         keys_view.in = hd;
         keys_view.out = len;
         keys_view.row_bytes = size_t(width) * elem;
-        matmul(keys_view, qbuf.data(), q_rows, hd, scores.data() + j0, nk, nullptr);
+        matmul(keys_view, qbuf.data(), q_rows, hd, scores.data() + j0, nk, inner);
         j0 += len;
       }
       for (int r = rb; r < re; ++r) {
@@ -153,8 +186,11 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
           }
           softmax(sh, nk_r);
         }
-        weighted_value_sum(sr, nk, group, type, &sk.v[lo - sk.first], int64_t(g) * hd, nk_r, hd,
-                           out + int64_t(r) * qw + int64_t(g) * group * hd, hd);
+        float* o = out + int64_t(r) * qw + int64_t(g) * group * hd;
+        const void* const* vr = &sk.v[lo - sk.first];
+        parallel_for(inner, hd, 64, [&](int64_t d0, int64_t d1, int) {
+          weighted_value_sum(sr, nk, group, type, vr, int64_t(g) * hd + d0, nk_r, int(d1 - d0), o + d0, hd);
+        });
       }
     }
     scored += local_scored;
