@@ -8,25 +8,15 @@
 #include <algorithm>
 
 #include "gguf/ggml_types.h"
+#include "kernels/load_f32_avx512.h"
 
 namespace gem4 {
 
 namespace {
 
-struct LoadF32 {
-  using T = float;
-  static __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  static __m512 load(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
-};
-struct LoadBF16 {
-  using T = uint16_t;
-  static __m512 load(const uint16_t* p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-  }
-};
+using avx512_rows::LoadBF16;
+using avx512_rows::LoadF16;
+using avx512_rows::LoadF32;
 
 template <class L, int H>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0, int n,

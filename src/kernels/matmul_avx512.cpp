@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "kernels/block_decode_avx512.h"
+#include "kernels/load_f32_avx512.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
@@ -966,21 +967,10 @@ void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, fl
 
 constexpr int kF32StreamMaxRows = 4;
 
-// Loaders of 16 weights as f32 (masked: the rest zero).
-struct LoadF32 {
-  using T = float;
-  static __m512 load(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  static __m512 load(const uint16_t* p, __mmask16 k) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p)); }
-};
-struct LoadBF16 {
-  using T = uint16_t;
-  static __m512 load(const uint16_t* p, __mmask16 k) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
-  }
-};
+// Loaders of 16 weights as f32: load_f32_avx512.h.
+using avx512_rows::LoadBF16;
+using avx512_rows::LoadF16;
+using avx512_rows::LoadF32;
 
 template <class L, int R>
 void f32_stream_group(const MatrixView& w, int64_t o0, int count, const float* x, int64_t ldx, float* y,
