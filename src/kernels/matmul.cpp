@@ -101,7 +101,7 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
   if (double(w.in) * double(w.out) * double(rows) < double(1 << 19)) pool = nullptr;
   switch (active_isa()) {
     case Isa::Avx512:
-      if (w.packed && !use_packed()) {
+      if (w.packed && !reads_packed(w)) {  // packed reading switched off (bench --repack 0)
         MatrixView plain = w;
         plain.packed = nullptr;
         return matmul_detail::matmul_avx512(plain, x, rows, ldx, y, ldy, pool);

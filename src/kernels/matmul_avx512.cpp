@@ -359,23 +359,20 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
   const TaskSplit split = split_tasks(w.out, rows, pool, kInt8TileRows);
   auto run_tasks = [&](int64_t t0, int64_t t1, int) {
     auto* panel = static_cast<uint8_t*>(thread_scratch(kSlotPanel, nb * PanelLayout<Dec>::kBlockBytes));
-    int64_t packed = -1;
+    int64_t built = -1;  // the panel in `panel`
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t p = t / split.row_chunks, c = t % split.row_chunks;
       const int64_t o0 = p * kPanelRows;
       const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
-      if (p != packed) {
-        if constexpr (std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> ||
-                      std::is_same_v<Dec, DecodeQ4_K>) {
-          if (w.packed) {
-            panel_from_packed<Dec>(w, p, nb, panel);
-          } else {
-            repack_int8_panel<Dec>(w, o0, count, nb, panel);
-          }
+      if (p != built) {
+        constexpr bool kHasPackedLayout = std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> ||
+                                          std::is_same_v<Dec, DecodeQ4_K>;
+        if (kHasPackedLayout && w.packed) {
+          if constexpr (kHasPackedLayout) panel_from_packed<Dec>(w, p, nb, panel);
         } else {
           repack_int8_panel<Dec>(w, o0, count, nb, panel);
         }
-        packed = p;
+        built = p;
       }
       const int64_t r_end = std::min(rows, (c + 1) * split.chunk_rows);
       for (int64_t r = c * split.chunk_rows; r < r_end; r += kInt8TileRows) {
@@ -1044,8 +1041,10 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
         return packed_gemv<PackedQ8_0>(w, x, rows, ldx, y, ldy, pool);
       case GgmlType::Q4_0:
         return packed_gemv<PackedQ4_0>(w, x, rows, ldx, y, ldy, pool);
-      default:
+      case GgmlType::Q4_K:
         return packed_gemv<PackedQ4_K>(w, x, rows, ldx, y, ldy, pool);
+      default:
+        throw std::logic_error(std::string("matmul_avx512: no packed kernel for ") + ggml_type_name(w.type));
     }
   }
   if (uses_int8_path(w.type)) {

@@ -97,6 +97,8 @@ std::atomic<bool> g_use_packed{true};
 void set_use_packed(bool on) { g_use_packed.store(on, std::memory_order_relaxed); }
 bool use_packed() { return g_use_packed.load(std::memory_order_relaxed); }
 
+bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && active_isa() == Isa::Avx512; }
+
 bool packable_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
 
 size_t packed_block_bytes(GgmlType t) {

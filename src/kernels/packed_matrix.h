@@ -44,6 +44,9 @@ void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool);
 // existed: `gem4 bench --repack 1,0` measures what the packed layout buys. Results are identical.
 void set_use_packed(bool on);
 bool use_packed();
+// Whether matmul reads w's packed copy: it has one, packed reading is on, and the AVX-512 kernels
+// (the only ones that know the layout) are active.
+bool reads_packed(const MatrixView& w);
 
 // Owns packed copies of matrices (one 64-byte aligned allocation each).
 class PackedStore {

@@ -12,7 +12,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matrix.h"
@@ -59,8 +58,7 @@ void Forward::matmul(const MatrixView& w, const float* x, int rows, int ldx, flo
   }
   // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
   // GGUF tensor), else the tensor.
-  const bool reads_packed = w.packed && use_packed() && active_isa() == Isa::Avx512;
-  stats.weight_bytes += reads_packed ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+  stats.weight_bytes += reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
 }
 
 void Forward::rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy) {
