@@ -96,7 +96,11 @@ ThreadPool& pool2() {
 }
 
 void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, int64_t rows, int threads,
-               bool packed) {
+               bool packed, Bf16Dot bf16_dot) {
+  struct DotMode {
+    explicit DotMode(Bf16Dot m) { set_bf16_dot(m); }
+    ~DotMode() { set_bf16_dot(Bf16Dot::Auto); }
+  } dot_mode(bf16_dot);
   const bool gemv = rows <= 16;  // decode and small batches: weights from DRAM
   BenchWeights& w = weights(type, out, in, gemv);
   if (packed) w.packed_view(0);
@@ -123,7 +127,8 @@ void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, 
   state.counters["GMAC/s"] = benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.matrix_bytes) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(isa_name(active_isa())) + (packed && w.packed_views[0].packed ? " packed" : ""));
+  state.SetLabel(std::string(isa_name(active_isa())) + (packed && w.packed_views[0].packed ? " packed" : "") +
+                 (type == GgmlType::BF16 && bf16_dot_active() ? " vdpbf16ps" : ""));
 }
 
 void BM_MatmulReference(benchmark::State& state) {
@@ -150,17 +155,22 @@ constexpr Shape kShapes[] = {
     {"E2B_ffn_down", 6144, 1536}, {"E4B_q", 2560, 2048},      {"E4B_ffn_up", 2560, 10240},
 };
 
-// Each benchmark on the GGUF layout; Q8_0 and Q4_0 also on the packed layout the model loads into
-// (named "<type>_packed/...").
+// Each benchmark on the GGUF layout; the packable types also on the packed layout the model loads into
+// (named "<type>_packed/..."); BF16 with the f32 kernels ("bf16/...") and, where the CPU has
+// AVX512_BF16, with vdpbf16ps ("bf16_dot/...").
 void register_matmul(const std::string& rest, GgmlType t, int64_t in, int64_t out, int64_t rows, int threads,
                      double min_time) {
   for (bool packed : {false, true}) {
     if (packed && !packable_type(t)) continue;
-    const std::string name = std::string(ggml_type_name(t)) + (packed ? "_packed/" : "/") + rest;
-    benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, in, out, rows, threads, packed)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(min_time);
+    for (Bf16Dot dot : {Bf16Dot::Off, Bf16Dot::On}) {
+      if (dot == Bf16Dot::On && (t != GgmlType::BF16 || !cpu_features().avx512bf16)) continue;
+      const std::string name =
+          std::string(ggml_type_name(t)) + (packed ? "_packed/" : dot == Bf16Dot::On ? "_dot/" : "/") + rest;
+      benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, in, out, rows, threads, packed, dot)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(min_time);
+    }
   }
 }
 

@@ -171,6 +171,37 @@ Reference exact_reference(const Weights& w, const std::vector<float>& x, int64_t
   return ref;
 }
 
+// The kernels that multiply BF16 weights with vdpbf16ps (AVX-512 with AVX512_BF16) round the
+// activations to bf16 first, as llama.cpp does for BF16 weights.
+// Call with the ISA override for `isa` in effect.
+bool rounds_activations_to_bf16(GgmlType t, Isa isa) {
+  return t == GgmlType::BF16 && isa == Isa::Avx512 && bf16_dot_active();
+}
+
+// The product with every activation rounded to bf16 (nearest even), in double. Against the exact
+// product such a kernel may differ by the rounding of each activation: at most half a bf16 ulp, 2^-8
+// of |w_i x_i| (8 significant bits).
+Reference bf16_activation_reference(const Weights& w, const std::vector<float>& x, int64_t rows, int64_t ldx) {
+  Reference ref;
+  ref.value.resize(rows * w.out);
+  ref.scale.resize(rows * w.out);
+  ref.quant_bound.resize(rows * w.out);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < w.out; ++o) {
+      double v = 0, s = 0;
+      for (int64_t i = 0; i < w.in; ++i) {
+        const double wi = w.deq[o * w.in + i];
+        v += wi * bf16_to_fp32(fp32_to_bf16(x[r * ldx + i]));
+        s += std::fabs(wi * x[r * ldx + i]);
+      }
+      ref.value[r * w.out + o] = v;
+      ref.scale[r * w.out + o] = s;
+      ref.quant_bound[r * w.out + o] = std::ldexp(1.0, -8) * s;
+    }
+  }
+  return ref;
+}
+
 // Signed integer weights, scale and min of block b of row o, decoded from the format definitions.
 void decode_int_block(const Weights& w, int64_t o, int64_t b, int* q, double* d, double* m) {
   const uint8_t* blk = w.data.data() + o * w.row_bytes + b * ggml_row_bytes(w.type, kQK);
@@ -318,8 +349,9 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
   const std::vector<float> x = make_activations(c.rows, c.in, c.ldx, static_cast<uint32_t>(c.rows * 7 + 1));
   const Reference exact = exact_reference(w, x, c.rows, c.ldx);
   const bool int8 = is_int8_activation_type(c.type);
-  Reference q8;
+  Reference q8, bf16;
   if (int8) q8 = q8_reference(w, x, c.rows, c.ldx);
+  if (c.type == GgmlType::BF16) bf16 = bf16_activation_reference(w, x, c.rows, c.ldx);
   for (Isa isa : isas) {
     IsaOverride o(isa);
     for (const MatrixView& v : w.views(isa)) {
@@ -330,6 +362,13 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
               << c.describe(isa, p) << layout << " vs q8 reference";
           EXPECT_TRUE(check_fast_path(c, v, x, exact, 2e-5, true, p))
               << c.describe(isa, p) << layout << " vs exact product";
+        } else if (rounds_activations_to_bf16(c.type, isa)) {
+          EXPECT_TRUE(check_fast_path(c, v, x, bf16, 1e-5, false, p))
+              << c.describe(isa, p) << " vs bf16-activation reference";
+          Reference exact_with_bound = exact;
+          exact_with_bound.quant_bound = bf16.quant_bound;
+          EXPECT_TRUE(check_fast_path(c, v, x, exact_with_bound, 1e-5, true, p))
+              << c.describe(isa, p) << " vs exact product";
         } else if (is_k_quant(c.type)) {
           EXPECT_TRUE(check_fast_path(c, v, x, exact, 2e-5, true, p))
               << c.describe(isa, p) << " vs exact product";
@@ -452,11 +491,9 @@ TEST(Matmul, ThreadPoolDoesNotChangeResults) {
 // Batch invariance: a row's outputs must not depend on the other rows of the call (how many, where
 // the row sits in a tile or remainder) nor on the pool. Model code relies on it: a prompt in
 // micro-batches, or a pruned pass with 1 row, must give bit-identical logits to one full call.
-TEST(Matmul, BatchInvariance) {
-  const auto isas = available_isas();
-  ThreadPool pool(2);
+void check_batch_invariance(GgmlType t, const std::vector<Isa>& isas, ThreadPool* pool) {
   constexpr int64_t kRows = 37, kOut = 70;
-  for (GgmlType t : kAllTypes) {
+  {
     const int64_t be = ggml_block_elems(t);
     const int64_t in = be == 1 ? 83 : 3 * be;
     const int64_t ldx = in + 5;
@@ -468,7 +505,7 @@ TEST(Matmul, BatchInvariance) {
       std::vector<float> whole(kRows * kOut);
       matmul(w.view(), x.data(), kRows, ldx, whole.data(), kOut, nullptr);
       for (const MatrixView& v : w.views(isa)) {
-        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool}) {
           for (int64_t chunk : {kRows, int64_t{1}, int64_t{3}, int64_t{5}, int64_t{7}}) {
             std::vector<float> y(kRows * kOut, kSentinel);
             for (int64_t r0 = 0; r0 < kRows; r0 += chunk) {
@@ -485,6 +522,43 @@ TEST(Matmul, BatchInvariance) {
       }
     }
   }
+}
+
+TEST(Matmul, BatchInvariance) {
+  const auto isas = available_isas();
+  ThreadPool pool(2);
+  for (GgmlType t : kAllTypes) {
+    check_batch_invariance(t, isas, &pool);
+    if (HasFailure()) return;
+  }
+}
+
+// The vdpbf16ps kernels, wherever the CPU has them (Auto may leave them off, see matmul.h): the same
+// sweeps as above against the bf16-activation reference, and batch invariance between the streaming
+// and the GEMM kernel.
+TEST(Matmul, Bf16DotKernels) {
+  const auto all = available_isas();
+  if (!cpu_features().avx512bf16 || std::count(all.begin(), all.end(), Isa::Avx512) == 0)
+    GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  struct ForceOn {
+    ForceOn() { set_bf16_dot(Bf16Dot::On); }
+    ~ForceOn() { set_bf16_dot(Bf16Dot::Auto); }
+  } force;
+  const std::vector<Isa> isas = {Isa::Avx512};
+  {
+    IsaOverride o(Isa::Avx512);
+    ASSERT_TRUE(bf16_dot_active());
+  }
+  ThreadPool pool(2);
+  for (int64_t in : {1, 2, 5, 31, 32, 33, 96, 160}) {
+    for (int64_t rows : {1, 2, 4, 5, 13, 40}) {
+      for (int64_t out : {1, 16, 33, 70}) {
+        check_all_paths({GgmlType::BF16, rows, out, in, in + 3, out + 2}, isas, &pool);
+        if (HasFailure()) return;
+      }
+    }
+  }
+  check_batch_invariance(GgmlType::BF16, isas, &pool);
 }
 
 TEST(Matmul, PaddedWeightRows) {

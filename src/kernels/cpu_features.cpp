@@ -28,6 +28,7 @@ CpuFeatures detect() {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
   const unsigned max_leaf = a;
+  f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1;
   const bool avx = (c >> 28) & 1;
@@ -135,6 +136,7 @@ std::string cpu_features_string() {
   add(f.avx512dq, "avx512dq");
   add(f.avx512vnni, "avx512vnni");
   add(f.avx512bf16, "avx512bf16");
+  add(f.amd, "amd");
   add(f.avxvnni, "avxvnni");
   if (s.empty()) s = "(none)";
   return s + " -> " + isa_name(active_isa());

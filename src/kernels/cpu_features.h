@@ -11,6 +11,7 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
   bool avx512dq = false;  // the *_avx512.cpp files are compiled with -mavx512dq
   bool avxvnni = false;
+  bool amd = false;  // vendor "AuthenticAMD"
 };
 
 const CpuFeatures& cpu_features();

@@ -3,6 +3,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -90,6 +91,26 @@ void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t
       y[r * ldy + o] = acc;
     }
   }
+}
+
+namespace {
+std::atomic<Bf16Dot> g_bf16_dot{Bf16Dot::Auto};
+}
+
+void set_bf16_dot(Bf16Dot mode) { g_bf16_dot.store(mode); }
+
+bool bf16_dot_active() {
+  const CpuFeatures& f = cpu_features();
+  if (active_isa() != Isa::Avx512 || !f.avx512bf16) return false;
+  switch (g_bf16_dot.load()) {
+    case Bf16Dot::On:
+      return true;
+    case Bf16Dot::Off:
+      return false;
+    case Bf16Dot::Auto:
+      break;
+  }
+  return f.amd;
 }
 
 void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,

@@ -33,6 +33,16 @@ struct MatrixView {
 void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
             ThreadPool* pool);
 
+// BF16 weights: whether the vdpbf16ps kernels are used (activations rounded to bf16, as llama.cpp does
+// for BF16 weights; otherwise the weights are converted exactly to f32 and the activations stay f32).
+// Auto: on CPUs with AVX512_BF16 that issue vdpbf16ps at full rate (AMD Zen 4/5). Intel's Sapphire and
+// Emerald Rapids issue it at one per two cycles, a quarter of their f32 FMA rate, so a vdpbf16ps
+// multiply-add costs twice an FMA one there and Auto keeps the f32 path. The choice is fixed per
+// process (it changes results by up to the bf16 rounding of the activations); tests force it on.
+enum class Bf16Dot { Auto, On, Off };
+void set_bf16_dot(Bf16Dot mode);
+bool bf16_dot_active();  // this CPU (avx512 active and AVX512_BF16) and the mode
+
 // Plain scalar reference (dequantize each weight row, f32 dot products in order). Exact semantics
 // the fast path is tested against.
 void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,

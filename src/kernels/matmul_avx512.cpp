@@ -5,7 +5,8 @@
 //    to 8 bits per 32-element block like llama.cpp's q8_0/q8_1; integer dot products with vpdpbusd
 //    (unsigned weight levels x signed activation bytes; the weight offset, e.g. 8 for Q4_0, is folded
 //    into the accumulator's starting value). Block decoding is in block_decode_avx512.h.
-//  * F32, F16, BF16: weights converted to f32, then an FMA kernel.
+//  * F32, F16, BF16: weights converted to f32, then an FMA kernel (BF16 where bf16_dot_active():
+//    vdpbf16ps on activations rounded to bf16, matmul_bf16_avx512.cpp).
 // Each family has a streaming kernel for few activation rows (decode: weights read once, straight from
 // their blocks) and a register-blocked kernel for many rows (prefill: a panel of 32 weight rows is
 // repacked once per call and reused for every activation row).
@@ -28,6 +29,8 @@
 #include <type_traits>
 
 #include "kernels/block_decode_avx512.h"
+#include "kernels/cpu_features.h"
+#include "kernels/lanes_avx512.h"
 #include "kernels/load_f32_avx512.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/packed_matrix.h"
@@ -39,14 +42,12 @@ namespace gem4::matmul_detail {
 namespace {
 
 using namespace avx512;
+using namespace avx512_lanes;
 
 const uint8_t* row_ptr(const MatrixView& w, int64_t o) {
   return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes;
 }
 
-// Masks selecting the first `valid` of 32 lanes split over two 16-lane registers.
-__mmask16 lane_mask_lo(int valid) { return valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1); }
-__mmask16 lane_mask_hi(int valid) { return lane_mask_lo(std::max(0, valid - 16)); }
 
 bool uses_int8_path(GgmlType t) {
   return is_int8_type(t) || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
@@ -403,7 +404,6 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
 constexpr int kInt8StreamMaxRows = 4;
 constexpr int kStreamRows = 16;
 
-void transpose_16x16(__m512 r[16]);  // F32 family below
 
 struct alignas(64) PairActivations {
   int8_t q[64];
@@ -864,36 +864,6 @@ void f32_tile_any(int rows, const float* panel, const float* xp, int64_t n, floa
   }
 }
 
-// In-register transpose of a 16x16 block of floats (r[j] = row j): unpacks and in-lane shuffles transpose
-// the 4x4 blocks, two rounds of 128-bit lane shuffles move the blocks into place.
-void transpose_16x16(__m512 r[16]) {
-  __m512 t[16], u[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    // u[4i + c], 128-bit lane L: element 4L + c of rows 4i..4i+3.
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512 p0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88),
-                 p1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-    const __m512 q0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 q1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(p0, q0, 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(p0, q0, 0xDD);
-    r[4 + c] = _mm512_shuffle_f32x4(p1, q1, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(p1, q1, 0xDD);
-  }
-}
-
 // Panel = 32 weight rows as [in][32] floats. Rows are converted 16 at a time into `rowbuf` (unless
 // already f32) and transposed 16x16 blocks at a time. Rows beyond `count` repeat the last row.
 void build_f32_panel(const MatrixView& w, int64_t o0, int count, float* panel, float* rowbuf) {
@@ -1055,6 +1025,7 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
     });
     return;
   }
+  if (w.type == GgmlType::BF16 && bf16_dot_active()) return matmul_bf16_avx512(w, x, rows, ldx, y, ldy, pool);
   if (rows > kF32StreamMaxRows) return f32_gemm(w, x, rows, ldx, y, ldy, pool);
   switch (w.type) {
     case GgmlType::F32:

@@ -33,5 +33,8 @@ void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
                  ThreadPool* pool);
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool);
+// BF16 weights with vdpbf16ps (matmul_avx512 calls it when the CPU has AVX512_BF16).
+void matmul_bf16_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                        ThreadPool* pool);
 
 }  // namespace gem4::matmul_detail
