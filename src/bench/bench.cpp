@@ -239,6 +239,7 @@ int cmd_bench(int argc, char** argv, int first) {
       double flops = 0, tokens = 0, secs_total = 0;
       double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0;
       double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
+      bool flops_unmeasured = false;
     };
     std::vector<VariantRun> runs;
     for (const auto& variant : variants) {
@@ -318,6 +319,7 @@ int cmd_bench(int argc, char** argv, int first) {
           v.spec_drafted += double(run.stats.drafted), v.spec_accepted += double(run.stats.accepted);
           v.spec_rounds += double(run.stats.draft_rounds);
           spec_ts = run.stats.decode_tokens_per_s();
+          v.flops_unmeasured = true;  // the session's own passes (target and drafter) are not counted
         } else {
           for (int g = 0; g < n_gen; ++g) {
             out.clear();
@@ -349,7 +351,7 @@ int cmd_bench(int argc, char** argv, int first) {
       bench::Result& r = v.r;
       r.finish();
       r.flops_per_token = v.tokens > 0 ? v.flops / v.tokens : 0;
-      r.gflops = v.secs_total > 0 ? v.flops / v.secs_total / 1e9 : 0;
+      r.gflops = v.flops_unmeasured ? -1 : v.secs_total > 0 ? v.flops / v.secs_total / 1e9 : 0;
       if (any_spec && test.n_gen > 0) {
         r.extra["spec_drafted"] = v.spec_drafted;
         r.extra["spec_acceptance"] = v.spec_drafted > 0 ? v.spec_accepted / v.spec_drafted : 0.0;

@@ -50,7 +50,7 @@ std::string markdown_table(const std::vector<Result>& rs) {
       << fmt("%.2f B", r.model_params / 1e9) << " | " << r.n_threads << " | " << r.n_ubatch << " |";
     for (const auto& [k, v] : r.switches) o << " " << v << " |";
     o << " " << r.test << " | " << fmt("%.2f", r.avg_ts) << " ± " << fmt("%.2f", r.stddev_ts) << " | "
-      << fmt("%.1f", r.gflops) << " |\n";
+      << (r.gflops < 0 ? std::string("-") : fmt("%.1f", r.gflops)) << " |\n";
   }
   return o.str();
 }
@@ -63,7 +63,7 @@ std::string json_array(const std::vector<Result>& rs) {
                         {"n_depth", r.n_depth}, {"n_threads", r.n_threads}, {"n_ubatch", r.n_ubatch},
                         {"test", r.test}, {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts},
                         {"samples_ts", r.samples_ts}, {"flops_per_token", r.flops_per_token},
-                        {"gflops", r.gflops}};
+                        {"gflops", r.gflops < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.gflops)}};
     for (const auto& [k, v] : r.switches) {
       if (v == "1" || v == "0") j[k] = (v == "1");
       else j[k] = v;

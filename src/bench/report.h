@@ -18,7 +18,7 @@ struct Result {
   std::vector<double> samples_ts;  // tokens/s of each repetition
   double avg_ts = 0, stddev_ts = 0;
   double flops_per_token = 0;      // of the plan that ran
-  double gflops = 0;               // achieved
+  double gflops = 0;               // achieved; -1 when not measured (speculative rows)
   std::map<std::string, double> extra;  // e.g. roofline fractions, acceptance rate
   void finish();                   // compute avg/stddev from samples
 };
