@@ -121,9 +121,68 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void softcap(float* x, int64_t n, float cap) {
+void softcap_reference(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+#if defined(__AVX512F__)
+namespace {
+
+// e^y for 0 <= y <= 88 (and NaN): y = n ln2 + r with |r| <= ln2/2 (ln2 in two parts so n ln2 is exact
+// enough), e^r by the degree-6 polynomial of Cephes' expf, then scaled by 2^n exactly (vscalefps).
+__m512 exp_nonneg_ps(__m512 y) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), y);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 er = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(er, n);
+}
+
+// tanh within ~3 ulp of libm's: below |x| = 0.625 the odd polynomial of Cephes' tanhf (no cancellation
+// near 0), above it 1 - 2 / (e^2|x| + 1) with the sign of x (e^2|x| capped at e^88: tanh is 1 in f32
+// long before). NaN propagates through the upper branch.
+__m512 tanh_ps(__m512 x) {
+  const __m512 ax = _mm512_abs_ps(x);
+  const __m512 z = _mm512_mul_ps(x, x);
+  __m512 p = _mm512_set1_ps(-5.70498872745e-3f);
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
+  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
+  // min(88, y) returns y when y is NaN (the second operand wins on unordered inputs).
+  const __m512 e = exp_nonneg_ps(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_add_ps(ax, ax)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 large_abs = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)));
+  const __m512 large = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(large_abs), sign));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), large, small);
+}
+
+}  // namespace
+#endif
+
+void softcap(float* x, int64_t n, float cap) {
+#if defined(__AVX512F__)
+  // Every element, the tail too (masked), takes the same vector code, so a value's result does not
+  // depend on where it sits in the array or how the array is split between threads.
+  const __m512 c = _mm512_set1_ps(cap), inv = _mm512_set1_ps(1.0f / cap);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(c, tanh_ps(_mm512_mul_ps(v, inv))));
+  }
+#else
+  softcap_reference(x, n, cap);
+#endif
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
