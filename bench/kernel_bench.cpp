@@ -148,10 +148,11 @@ struct Shape {
   int64_t in, out;
 };
 
-// E2B: hidden 1536, attention q 2048, FFN 6144 (12288 in the double-wide KV-shared layers).
-// E4B: hidden 2560, FFN 10240.
+// E2B: hidden 1536, attention q 2048, k and v 256 (one KV head), FFN 6144 (12288 in the double-wide
+// KV-shared layers). E4B: hidden 2560, FFN 10240.
 constexpr Shape kShapes[] = {
-    {"E2B_q", 1536, 2048},        {"E2B_ffn_up", 1536, 6144}, {"E2B_ffn_up_wide", 1536, 12288},
+    {"E2B_q", 1536, 2048},        {"E2B_kv", 1536, 256},      {"E2B_ffn_up", 1536, 6144},
+    {"E2B_ffn_up_wide", 1536, 12288},
     {"E2B_ffn_down", 6144, 1536}, {"E4B_q", 2560, 2048},      {"E4B_ffn_up", 2560, 10240},
 };
 

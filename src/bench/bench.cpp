@@ -237,7 +237,7 @@ int cmd_bench(int argc, char** argv, int first) {
       std::unique_ptr<Forward> fwd;
       bench::Result r;
       double flops = 0, tokens = 0, secs_total = 0;
-      double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0;
+      double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0, gen_mm_secs = 0;
       double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
       bool flops_unmeasured = false;
     };
@@ -301,7 +301,7 @@ int cmd_bench(int argc, char** argv, int first) {
           prompt_gemm_macs = fwd.stats.int8_gemm_macs;
           prompt_gemm_secs = fwd.stats.int8_gemm_seconds;
         }
-        const double gen_bytes0 = fwd.stats.weight_bytes;
+        const double gen_bytes0 = fwd.stats.weight_bytes, gen_mm_secs0 = fwd.stats.matmul_seconds;
         const auto t_gen = Clock::now();
         double spec_ts = 0;
         if (any_spec && n_gen > 0 && test.n_prompt == 0) {
@@ -334,7 +334,10 @@ int cmd_bench(int argc, char** argv, int first) {
         if (warm) continue;
         v.mm_macs += prompt_macs, v.mm_secs += prompt_mm_secs;
         v.gemm_macs += prompt_gemm_macs, v.gemm_secs += prompt_gemm_secs;
-        if (n_gen > 0) v.gen_bytes += fwd.stats.weight_bytes - gen_bytes0, v.gen_secs += gsecs;
+        if (n_gen > 0) {
+          v.gen_bytes += fwd.stats.weight_bytes - gen_bytes0, v.gen_secs += gsecs;
+          v.gen_mm_secs += fwd.stats.matmul_seconds - gen_mm_secs0;
+        }
         const double n_tok = n_prompt + n_gen;
         // Speculative rows report generation speed without the prompt (as the plain -n rows do).
         r.samples_ts.push_back(spec_ts > 0 ? spec_ts : n_tok / secs);
@@ -367,6 +370,10 @@ int cmd_bench(int argc, char** argv, int first) {
       if (v.gen_secs > 0) {
         r.extra["decode_weight_gbs"] = v.gen_bytes / v.gen_secs / 1e9;
         if (peaks.read_gbs > 0) r.extra["decode_bandwidth_frac"] = v.gen_bytes / v.gen_secs / 1e9 / peaks.read_gbs;
+        if (v.gen_mm_secs > 0) {
+          r.extra["decode_matmul_time_share"] = v.gen_mm_secs / v.gen_secs;
+          r.extra["decode_matmul_gbs"] = v.gen_bytes / v.gen_mm_secs / 1e9;
+        }
       }
       results.push_back(r);
     }
@@ -393,19 +400,23 @@ int cmd_bench(int argc, char** argv, int first) {
       std::printf("\nroofline (peaks: int8 %.0f GMAC/s, read %.1f GB/s):\n", peaks.int8_gmacs, peaks.read_gbs);
       std::printf(
           "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all prompt matmuls "
-          "GMAC/s | decode weight GB/s | of read bandwidth |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+          "GMAC/s | decode weight GB/s | of read bandwidth | decode time in matmuls | GB/s inside them |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : results) {
         auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
         std::string variant;
         for (const auto& [k, v] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + v;
         auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
-        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(),
+        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(),
                     cell(get("prompt_gemm_gmacs"), "%.1f").c_str(), cell(get("prompt_gemm_int8_peak_frac") * 100, "%.1f %%").c_str(),
                     cell(get("prompt_gemm_mac_share") * 100, "%.1f %%").c_str(), cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
-                    cell(get("decode_weight_gbs"), "%.2f").c_str(), cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str());
+                    cell(get("decode_weight_gbs"), "%.2f").c_str(), cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str(),
+                    cell(get("decode_matmul_time_share") * 100, "%.1f %%").c_str(), cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
       std::printf("(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the prompt's\n"
-                  " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and head)\n");
+                  " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and head;\n"
+                  " decode: weight bytes per token over the whole token time, then the share of that time spent inside the\n"
+                  " matrix products and the bandwidth they reach while running)\n");
     }
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed at load %s\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
