@@ -200,7 +200,7 @@ void repack_int8_panel(const MatrixView& w, int64_t o0, int count, int64_t nb, u
 template <class Dec>
 void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
   using L = PanelLayout<Dec>;
-  static_assert(!Dec::kSplitScales, "packed layouts exist for Q8_0, Q4_0 and Q4_K");
+  static_assert(!Dec::kSplitScales, "Q6_K has its own: panel_from_packed_q6k");
   constexpr bool kNibbles = !std::is_same_v<Dec, DecodeQ8_0>;
   constexpr bool kF32Scales = Dec::kHasMin;  // Q4_K
   constexpr size_t kQuant = kNibbles ? 512 : 1024;
@@ -229,6 +229,58 @@ void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* pane
       const __m512i h = _mm512_load_si512(src + kQuant);
       _mm512_store_ps(pb + L::kScale, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
       _mm512_store_ps(pb + L::kScale + 64, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
+    }
+  }
+}
+
+// Packed Q6_K (packed_matrix.h): the 8 level vectors (groups G = 0..7 of 4 elements, 16 rows per
+// vector) of half h of a block. Low 4 bits: the low (G < 4) or high (G >= 4) nibbles of vector G % 4;
+// top 2 bits: bits 2t, 2t+1 (t = G % 4) of top-bit vector G / 4, moved to bits 4-5. The 16-bit shifts
+// carry bits across bytes only into positions the masks clear.
+inline void q6k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i top[2] = {_mm512_load_si512(blk + 512 + h * 64), _mm512_load_si512(blk + 512 + 128 + h * 64)};
+  __m512i hi[2][4];
+  for (int m = 0; m < 2; ++m) {
+    hi[m][0] = _mm512_and_si512(_mm512_slli_epi16(top[m], 4), m30);
+    hi[m][1] = _mm512_and_si512(_mm512_slli_epi16(top[m], 2), m30);
+    hi[m][2] = _mm512_and_si512(top[m], m30);
+    hi[m][3] = _mm512_and_si512(_mm512_srli_epi16(top[m], 2), m30);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
+    // (a & 0x0F) | b, b holding only bits 4-5.
+    lv[g] = _mm512_ternarylogic_epi32(v, hi[0][g], m0f, 0xEC);
+    lv[g + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi[1][g], m0f, 0xEC);
+  }
+}
+
+// Q6_K's scales of half h of a packed block, d x sc as the GGUF decoder forms them (DecodeQ6_K::scales).
+inline void q6k_scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
+  const __m128i sc_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + 768 + 16 * h));
+  const __m128i sc_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + 800 + 16 * h));
+  *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc_lo)));
+  *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc_hi)));
+}
+
+// The GEMM panel of DecodeQ6_K's layout built from a packed Q6_K copy: levels one per byte, scales f32.
+void panel_from_packed_q6k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<DecodeQ6_K>;
+  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = src + size_t(b / 8) * kPackedQ6KSuperBytes;
+    const uint8_t* blk = super + kPackedQ6KHeaderBytes + size_t(b % 8) * kPackedQ6KBlockBytes;
+    uint8_t* pb = panel + b * L::kBlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q6k_levels(blk, h, lv);
+      for (int g = 0; g < 8; ++g) _mm512_store_si512(pb + g * 128 + h * 64, lv[g]);
+      __m512 lo, hi;
+      q6k_scales(super, blk, h, &lo, &hi);
+      _mm512_store_ps(pb + L::kScale + 64 * h, lo);
+      _mm512_store_ps(pb + L::kScaleHi + 64 * h, hi);
     }
   }
 }
@@ -368,7 +420,9 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
       if (p != built) {
         constexpr bool kHasPackedLayout = std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> ||
                                           std::is_same_v<Dec, DecodeQ4_K>;
-        if (kHasPackedLayout && w.packed) {
+        if (std::is_same_v<Dec, DecodeQ6_K> && w.packed) {
+          panel_from_packed_q6k(w, p, nb, panel);
+        } else if (kHasPackedLayout && w.packed) {
           if constexpr (kHasPackedLayout) panel_from_packed<Dec>(w, p, nb, panel);
         } else {
           repack_int8_panel<Dec>(w, o0, count, nb, panel);
@@ -605,7 +659,7 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
 }
 
 // ------------------------------------------------------------------------------------------------
-// Int8 family, few activation rows, packed weights (Q8_0, Q4_0, Q4_K; layout in packed_matrix.h). A
+// Int8 family, few activation rows, packed weights (Q8_0, Q4_0, Q4_K; Q6_K below; packed_matrix.h). A
 // panel's block is read front to back with aligned loads: each 64-byte vector is 16 rows x 4 levels
 // (Q4_0/Q4_K: x 8 levels, two nibbles), one vpdpbusd per activation row and vector, no shuffles. The
 // arithmetic is the tile's: per block the exact integer sum (split over two accumulators to shorten
@@ -767,6 +821,102 @@ void packed_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
           break;
         default:
           packed_gemv_panel<Fmt, 4>(panel, nb, act, y + o0, ldy, valid);
+          break;
+      }
+    }
+  });
+}
+
+// Packed Q6_K, few activation rows: per block and half of the panel, the 8 level vectors
+// (q6k_levels), groups 0-3 into the lower-half sum and 4-7 into the upper-half sum, then the tile's
+// float steps: f = fma(float(isum_lo), d_lo * d_x, f), f = fma(float(isum_hi), d_hi * d_x, f).
+struct SplitActivations {
+  int8_t* q;         // [rows][nb][32]
+  float* d;          // [rows][nb]
+  int32_t* init;     // [rows][nb]: -32 * sum of the block's first 16 quants
+  int32_t* init_hi;  // [rows][nb]: -32 * sum of the last 16
+};
+
+template <int R>
+void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const SplitActivations& act, float* y, int64_t ldy,
+                           int valid) {
+  __m512 f[2][R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = panel + size_t(b / 8) * kPackedQ6KSuperBytes;
+    const uint8_t* blk = super + kPackedQ6KHeaderBytes + size_t(b % 8) * kPackedQ6KBlockBytes;
+#pragma GCC unroll 14
+    for (size_t line = 0; line < kPackedQ6KBlockBytes + 64; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q6k_levels(blk, h, lv);
+      __m512 dw_lo, dw_hi;
+      q6k_scales(super, blk, h, &dw_lo, &dw_hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const size_t m = size_t(r) * nb + b;
+        const int8_t* xq = act.q + m * kQK;
+        __m512i lo = _mm512_set1_epi32(act.init[m]), hi = _mm512_set1_epi32(act.init_hi[m]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          lo = _mm512_dpbusd_epi32(lo, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+          hi = _mm512_dpbusd_epi32(hi, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
+        }
+        const __m512 dx = _mm512_set1_ps(act.d[m]);
+        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(dw_lo, dx), f[h][r]);
+        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(dw_hi, dx), f[h][r]);
+      }
+    }
+  }
+  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
+  }
+}
+
+void packed_q6k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                     ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const size_t meta = size_t(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
+  SplitActivations act;
+  act.q = reinterpret_cast<int8_t*>(buf);
+  act.d = reinterpret_cast<float*>(buf + meta * kQK);
+  act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  act.init_hi = act.init + meta;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+      act.d[r * nb + b] = qb.d;
+      act.init[r * nb + b] = -DecodeQ6_K::kOffset * (qb.sum - qb.sum_hi);
+      act.init_hi[r * nb + b] = -DecodeQ6_K::kOffset * qb.sum_hi;
+    }
+  }
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
+  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          packed_q6k_gemv_panel<1>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 2:
+          packed_q6k_gemv_panel<2>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 3:
+          packed_q6k_gemv_panel<3>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        default:
+          packed_q6k_gemv_panel<4>(panel, nb, act, y + o0, ldy, valid);
           break;
       }
     }
@@ -1018,6 +1168,8 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
         return packed_gemv<PackedQ4_0>(w, x, rows, ldx, y, ldy, pool);
       case GgmlType::Q4_K:
         return packed_gemv<PackedQ4_K>(w, x, rows, ldx, y, ldy, pool);
+      case GgmlType::Q6_K:
+        return packed_q6k_gemv(w, x, rows, ldx, y, ldy, pool);
       default:
         throw std::logic_error(std::string("matmul_avx512: no packed kernel for ") + ggml_type_name(w.type));
     }

@@ -88,6 +88,51 @@ void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
   }
 }
 
+// Q6_K: per super-block (8 blocks of 32 elements) first the 32 rows' fp16 d, then per block the low 4
+// bits of the levels as Q4_0 packs nibbles (512 bytes), their top 2 bits (256 bytes: vector m, half h,
+// lane j, byte k holds in bits 2t, 2t+1 the top bits of element 4(4m + t) + k of row 16h + j), and the
+// rows' int8 scales of the block's two halves (32 + 32 bytes). Levels u = 0..63 (weight = d sc (u - 32)).
+void pack_panel_q6_k(const MatrixView& w, int64_t p, uint8_t* dst) {
+  const int64_t n_super = w.in / kQKK;
+  const BlockQ6_K* rows[kPackedPanelRows];
+  for (int j = 0; j < kPackedPanelRows; ++j) {
+    const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
+    rows[j] = reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
+  }
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    uint8_t* super = dst + size_t(sb) * kPackedQ6KSuperBytes;
+    for (int j = 0; j < kPackedPanelRows; ++j) {
+      const BlockQ6_K& blk = rows[j][sb];
+      reinterpret_cast<uint16_t*>(super)[j] = blk.d;
+      const int h = j / 16, lane = j % 16;
+      for (int t = 0; t < 8; ++t) {  // block t: quarter q of half hh of the super-block (ggml's layout)
+        const int hh = t / 4, q = t % 4;
+        uint8_t u[32];
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t ql = blk.ql[64 * hh + 32 * (q % 2) + l];
+          const uint8_t low = q < 2 ? (ql & 0x0F) : (ql >> 4);
+          u[l] = uint8_t(low | (((blk.qh[32 * hh + l] >> (2 * q)) & 3) << 4));
+        }
+        uint8_t* out = super + kPackedQ6KHeaderBytes + size_t(t) * kPackedQ6KBlockBytes;
+        for (int g = 0; g < 4; ++g) {
+          uint8_t* b = out + g * 128 + h * 64 + lane * 4;
+          for (int k = 0; k < 4; ++k) b[k] = uint8_t((u[4 * g + k] & 0x0F) | ((u[16 + 4 * g + k] & 0x0F) << 4));
+        }
+        for (int m = 0; m < 2; ++m) {
+          uint8_t* b = out + 512 + m * 128 + h * 64 + lane * 4;
+          for (int k = 0; k < 4; ++k) {
+            uint8_t bits = 0;
+            for (int tt = 0; tt < 4; ++tt) bits = uint8_t(bits | ((u[4 * (4 * m + tt) + k] >> 4) << (2 * tt)));
+            b[k] = bits;
+          }
+        }
+        reinterpret_cast<int8_t*>(out + 768)[j] = blk.scales[2 * t];
+        reinterpret_cast<int8_t*>(out + 768 + 32)[j] = blk.scales[2 * t + 1];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -99,7 +144,9 @@ bool use_packed() { return g_use_packed.load(std::memory_order_relaxed); }
 
 bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && active_isa() == Isa::Avx512; }
 
-bool packable_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
+bool packable_type(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
 
 size_t packed_block_bytes(GgmlType t) {
   switch (t) {
@@ -109,6 +156,8 @@ size_t packed_block_bytes(GgmlType t) {
       return 4 * 128 + kScaleBytes;
     case GgmlType::Q4_K:
       return 4 * 128 + 2 * kPackedPanelRows * sizeof(float);
+    case GgmlType::Q6_K:
+      return kPackedQ6KSuperBytes / 8;  // the average: the super-block header is spread over its 8 blocks
     default:
       return 0;
   }
@@ -129,8 +178,10 @@ void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool) {
         pack_panel<BlockQ8_0, 8, 0x80808080u>(w, p, out);  // signed q to unsigned q + 128
       } else if (w.type == GgmlType::Q4_0) {
         pack_panel<BlockQ4_0, 4, 0u>(w, p, out);
-      } else {
+      } else if (w.type == GgmlType::Q4_K) {
         pack_panel_q4_k(w, p, out);
+      } else {
+        pack_panel_q6_k(w, p, out);
       }
     }
   });

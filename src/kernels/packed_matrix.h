@@ -1,4 +1,4 @@
-// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0, Q4_0, Q4_K).
+// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0, Q4_0, Q4_K, Q6_K).
 //
 // In the GGUF layout a weight row's blocks are contiguous, so a kernel that keeps one output per f32
 // lane (which batch invariance needs, see matmul_avx512.cpp) must transpose every block it reads; on
@@ -14,8 +14,12 @@
 //         low nibbles elements 4g..4g+3, high nibbles elements 16+4g..16+4g+3;   then 32 fp16 scales.
 //   Q4_K: per 32-element sub-block, the Q4_0 layout of its levels, then 32 f32 scales (d x 6-bit
 //         scale) and 32 f32 mins (-dmin x 6-bit min), as the kernels use them.
-// Q8_0 and Q4_0 take the same bytes per block as the GGUF types (34 and 18 per row); Q4_K takes 24
-// bytes per row and sub-block instead of 18 (its scales decoded once, not once per token).
+//   Q6_K: per 256-element super-block a header of 32 fp16 d, then per 32-element block the low 4 bits
+//         of the levels in the Q4_0 layout (512 bytes), their top 2 bits (256 bytes: vector m, half h,
+//         lane j, byte k holds in bits 2t, 2t+1 those of element 4(4m + t) + k of row 16h + j) and the
+//         int8 scales of the block's lower and upper 16 elements (32 + 32 bytes).
+// Q8_0, Q4_0 and Q6_K take the same bytes as the GGUF types (34, 18 and 26.25 per row and 32 elements);
+// Q4_K takes 24 bytes per row and sub-block instead of 18 (its scales decoded once, not once per token).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +33,9 @@ namespace gem4 {
 class ThreadPool;
 
 constexpr int kPackedPanelRows = 32;
+// Q6_K's packed super-block: the d header, then 8 blocks of levels and scales.
+constexpr size_t kPackedQ6KHeaderBytes = 64, kPackedQ6KBlockBytes = 512 + 256 + 64;
+constexpr size_t kPackedQ6KSuperBytes = kPackedQ6KHeaderBytes + 8 * kPackedQ6KBlockBytes;
 
 // Types with a packed layout.
 bool packable_type(GgmlType t);
