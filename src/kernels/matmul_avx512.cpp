@@ -194,6 +194,45 @@ void repack_int8_panel(const MatrixView& w, int64_t o0, int count, int64_t nb, u
   }
 }
 
+// The packed formats: levels one per byte or two (nibbles); where block b starts and its scales (and
+// mins) as f32 vectors for rows 0-15 and 16-31.
+template <bool kNibbleLevels, int kOff>
+struct PackedLegacy {  // Q8_0, Q4_0: blocks of levels then 32 fp16 scales
+  static constexpr bool kNibbles = kNibbleLevels, kHasMin = false;
+  static constexpr int kOffset = kOff;
+  static constexpr size_t kBlockBytes = (kNibbles ? 4 : 8) * 128 + kPackedPanelRows * sizeof(uint16_t);
+  static const uint8_t* block(const uint8_t* panel, int64_t b) { return panel + size_t(b) * kBlockBytes; }
+  static void scales(const uint8_t*, int64_t, const uint8_t* pb, __m512* dw, __m512*) {
+    const __m512i h = _mm512_load_si512(pb + kBlockBytes - 64);
+    dw[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    dw[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  }
+};
+using PackedQ8_0 = PackedLegacy<false, DecodeQ8_0::kOffset>;
+using PackedQ4_0 = PackedLegacy<true, DecodeQ4_0::kOffset>;
+
+struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-block nibbles, u8 sc and m
+  static constexpr bool kNibbles = true, kHasMin = true;
+  static constexpr int kOffset = DecodeQ4_K::kOffset;
+  static constexpr size_t kBlockBytes = kPackedQ4KBlockBytes;
+  static const uint8_t* block(const uint8_t* panel, int64_t b) {
+    return panel + size_t(b / 8) * kPackedQ4KSuperBytes + kPackedQ4KHeaderBytes + size_t(b % 8) * kBlockBytes;
+  }
+  // scale = float(sc) * d and min = float(m) * -dmin: the products DecodeQ4_K forms from the GGUF block.
+  static void scales(const uint8_t* panel, int64_t b, const uint8_t* pb, __m512* dw, __m512* mins) {
+    const uint8_t* super = panel + size_t(b / 8) * kPackedQ4KSuperBytes;
+    for (int h = 0; h < 2; ++h) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 64 + 32 * h)));
+      const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(pb + 512 + 16 * h));
+      const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(pb + 512 + 32 + 16 * h));
+      dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), d);
+      const __m512 neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(int(0x80000000u))));
+      mins[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), neg_dmin);
+    }
+  }
+};
+
 // The same panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
 // Q8_0 is a copy and Q4_0/Q4_K split each byte's two nibbles into groups g and g + 4; scales (and
 // Q4_K's mins) to f32.
@@ -204,10 +243,12 @@ void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* pane
   constexpr bool kNibbles = !std::is_same_v<Dec, DecodeQ8_0>;
   constexpr bool kF32Scales = Dec::kHasMin;  // Q4_K
   constexpr size_t kQuant = kNibbles ? 512 : 1024;
-  const size_t src_block = packed_block_bytes(w.type);
-  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * src_block;
+  using Fmt = std::conditional_t<std::is_same_v<Dec, DecodeQ8_0>, PackedQ8_0,
+                                 std::conditional_t<std::is_same_v<Dec, DecodeQ4_0>, PackedQ4_0, PackedQ4_K>>;
+  const uint8_t* base = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
   const __m512i low = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b, src += src_block) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = Fmt::block(base, b);
     uint8_t* pb = panel + b * L::kBlockBytes;
     if constexpr (kNibbles) {
 #pragma GCC unroll 8
@@ -221,9 +262,11 @@ void panel_from_packed(const MatrixView& w, int64_t p, int64_t nb, uint8_t* pane
       for (int i = 0; i < 16; ++i) _mm512_store_si512(pb + 64 * i, _mm512_load_si512(src + 64 * i));
     }
     if constexpr (kF32Scales) {
+      __m512 dw[2], mins[2];
+      Fmt::scales(base, b, src, dw, mins);
       for (int i = 0; i < 2; ++i) {
-        _mm512_store_ps(pb + L::kScale + 64 * i, _mm512_load_ps(src + kQuant + 64 * i));
-        _mm512_store_ps(pb + L::kMin + 64 * i, _mm512_load_ps(src + kQuant + 128 + 64 * i));
+        _mm512_store_ps(pb + L::kScale + 64 * i, dw[i]);
+        _mm512_store_ps(pb + L::kMin + 64 * i, mins[i]);
       }
     } else {
       const __m512i h = _mm512_load_si512(src + kQuant);
@@ -666,20 +709,6 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
 // the dependency chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f), and for Q4_K
 // f = fma(min_w, s_x, f).
 
-// The packed formats: levels one per byte or two (nibbles), scales fp16 or f32 (with f32 mins).
-struct PackedQ8_0 {
-  static constexpr bool kNibbles = false, kHasMin = false;
-  static constexpr int kOffset = DecodeQ8_0::kOffset;
-};
-struct PackedQ4_0 {
-  static constexpr bool kNibbles = true, kHasMin = false;
-  static constexpr int kOffset = DecodeQ4_0::kOffset;
-};
-struct PackedQ4_K {
-  static constexpr bool kNibbles = true, kHasMin = true;
-  static constexpr int kOffset = DecodeQ4_K::kOffset;
-};
-
 // Software prefetch distances of the packed GEMV, in 64-byte lines: into L1 2 KiB ahead of the block
 // being read and into L2 8 KiB ahead, so that each core keeps more misses in flight than the hardware
 // prefetcher starts on its own. In gem4_kernel_bench (interleaved repetitions) the L1 prefetch was worth
@@ -698,15 +727,13 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
                        int valid) {
   constexpr bool kNibbles = Fmt::kNibbles;
   constexpr int kGroups = kNibbles ? 4 : 8;
-  constexpr size_t kQuant = size_t(kGroups) * 128;
-  constexpr size_t kBlock =
-      kQuant + (Fmt::kHasMin ? 2 * kPackedPanelRows * sizeof(float) : kPackedPanelRows * sizeof(uint16_t));
+  constexpr size_t kBlock = Fmt::kBlockBytes;
   const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 f0[R], f1[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = panel + size_t(b) * kBlock;
+    const uint8_t* pb = Fmt::block(panel, b);
 #pragma GCC unroll 17
     for (size_t line = 0; line < kBlock; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(pb + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
@@ -750,15 +777,9 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
         }
       }
     }
-    __m512 dw0, dw1, m0, m1;
-    if constexpr (Fmt::kHasMin) {
-      dw0 = _mm512_load_ps(pb + kQuant), dw1 = _mm512_load_ps(pb + kQuant + 64);
-      m0 = _mm512_load_ps(pb + kQuant + 128), m1 = _mm512_load_ps(pb + kQuant + 192);
-    } else {
-      const __m512i scales = _mm512_load_si512(pb + kQuant);
-      dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
-      dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scales, 1));
-    }
+    __m512 dw[2], mins[2];
+    Fmt::scales(panel, b, pb, dw, mins);
+    const __m512 dw0 = dw[0], dw1 = dw[1], m0 = mins[0], m1 = mins[1];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       if constexpr (kNibbles) {

@@ -47,20 +47,23 @@ void pack_panel(const MatrixView& w, int64_t p, uint8_t* dst) {
   }
 }
 
-// Q4_K: per 32-element sub-block the levels re-nibbled as Q4_0 packs them (low nibble element 4g + k,
-// high nibble element 16 + 4g + k), then 32 f32 scales d * sc and 32 f32 mins -(dmin * m): exactly the
-// products the AVX-512 decoder forms, so packed and GGUF-layout kernels agree bit for bit.
+// Q4_K: per super-block the rows' fp16 d and dmin, then per 32-element sub-block the levels re-nibbled
+// as Q4_0 packs them (low nibble element 4g + k, high nibble element 16 + 4g + k), the rows' 6-bit
+// scales and mins as bytes. The kernels form float(sc) * d and float(m) * -dmin, as DecodeQ4_K does
+// from the GGUF block, so packed and GGUF-layout kernels agree bit for bit.
 void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
   const int64_t n_super = w.in / kQKK;
-  constexpr size_t kBlockBytes = 4 * 128 + 2 * kPackedPanelRows * sizeof(float);
   const BlockQ4_K* rows[kPackedPanelRows];
   for (int j = 0; j < kPackedPanelRows; ++j) {
     const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
     rows[j] = reinterpret_cast<const BlockQ4_K*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
   }
   for (int64_t sb = 0; sb < n_super; ++sb) {
+    uint8_t* super = dst + size_t(sb) * kPackedQ4KSuperBytes;
     for (int j = 0; j < kPackedPanelRows; ++j) {
       const BlockQ4_K& blk = rows[j][sb];
+      reinterpret_cast<uint16_t*>(super)[j] = blk.d;
+      reinterpret_cast<uint16_t*>(super + 64)[j] = blk.dmin;
       // The 6-bit scales and mins of the 8 sub-blocks (see k_scales_mins in block_decode_avx512.h).
       uint8_t sc[8], mn[8];
       for (int t = 0; t < 4; ++t) {
@@ -69,9 +72,8 @@ void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
         sc[t + 4] = uint8_t((blk.scales[t + 8] & 0x0F) | ((blk.scales[t] >> 6) << 4));
         mn[t + 4] = uint8_t((blk.scales[t + 8] >> 4) | ((blk.scales[t + 4] >> 6) << 4));
       }
-      const float d = fp16_to_fp32(blk.d), dmin = fp16_to_fp32(blk.dmin);
       for (int t = 0; t < 8; ++t) {
-        uint8_t* out = dst + size_t(sb * 8 + t) * kBlockBytes;
+        uint8_t* out = super + kPackedQ4KHeaderBytes + size_t(t) * kPackedQ4KBlockBytes;
         const uint8_t* qs = blk.qs + 32 * (t / 2);
         const int shift = 4 * (t % 2);
         uint8_t u[32];
@@ -81,8 +83,8 @@ void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
           uint8_t* b = out + g * 128 + h * 64 + lane * 4;
           for (int k = 0; k < 4; ++k) b[k] = uint8_t(u[4 * g + k] | (u[16 + 4 * g + k] << 4));
         }
-        reinterpret_cast<float*>(out + 512)[j] = float(sc[t]) * d;
-        reinterpret_cast<float*>(out + 512 + 128)[j] = float(mn[t]) * -dmin;
+        out[512 + j] = sc[t];
+        out[512 + 32 + j] = mn[t];
       }
     }
   }
@@ -155,7 +157,7 @@ size_t packed_block_bytes(GgmlType t) {
     case GgmlType::Q4_0:
       return 4 * 128 + kScaleBytes;
     case GgmlType::Q4_K:
-      return 4 * 128 + 2 * kPackedPanelRows * sizeof(float);
+      return kPackedQ4KSuperBytes / 8;  // the average, as for Q6_K
     case GgmlType::Q6_K:
       return kPackedQ6KSuperBytes / 8;  // the average: the super-block header is spread over its 8 blocks
     default:
