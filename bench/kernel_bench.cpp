@@ -176,7 +176,7 @@ void register_matmul(const std::string& rest, GgmlType t, int64_t in, int64_t ou
 }
 
 void register_all() {
-  const GgmlType types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K,
+  const GgmlType types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,
                             GgmlType::Q6_K, GgmlType::BF16, GgmlType::F32};
   for (GgmlType t : types) {
     for (const Shape& s : kShapes) {

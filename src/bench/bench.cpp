@@ -101,7 +101,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("--mask-crop", "LIST", "attention visits only visible keys", "1");
   a.value("--ple-crop", "LIST", "PLE projection of tail layers only for kept rows", "1");
   a.value("--optimal-cut", "LIST", "cut inside the last KV layer (1) or at the first shared layer (0)", "1");
-  a.value("--repack", "LIST", "Q8_0/Q4_0/Q4_K/Q6_K kernels read the weights packed at load time (1) or the GGUF layout (0)", "1");
+  a.value("--repack", "LIST", "Q8_0/Q4_0/Q4_K/Q5_K/Q6_K kernels read the weights packed at load time (1) or the GGUF layout (0)", "1");
   a.value("-o,--output", "FMT", "md | json", "md");
   a.value("--svg", "FILE", "write a bar chart of t/s per test and variant");
   a.value("--seed", "N", "seed of the generated model and prompts", "42");

@@ -194,6 +194,19 @@ void repack_int8_panel(const MatrixView& w, int64_t o0, int count, int64_t nb, u
   }
 }
 
+// Packed Q4_K/Q5_K scales and mins of rows 16h..16h+15: float(sc) * d and float(m) * -dmin, the products
+// DecodeQ4_K/Q5_K form from the GGUF block (k_scales_mins). `at`: offset of the scale bytes in the block.
+inline void kquant_scales_mins(const uint8_t* super, const uint8_t* blk, size_t at, int h, __m512* dw, __m512* min) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 64 + 32 * h)));
+  const __m512 neg_dmin =
+      _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(int(0x80000000u))));
+  const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + at + 16 * h));
+  const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + at + 32 + 16 * h));
+  *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), d);
+  *min = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), neg_dmin);
+}
+
 // The packed formats: levels one per byte or two (nibbles); where block b starts and its scales (and
 // mins) as f32 vectors for rows 0-15 and 16-31.
 template <bool kNibbleLevels, int kOff>
@@ -221,15 +234,7 @@ struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-bloc
   // scale = float(sc) * d and min = float(m) * -dmin: the products DecodeQ4_K forms from the GGUF block.
   static void scales(const uint8_t* panel, int64_t b, const uint8_t* pb, __m512* dw, __m512* mins) {
     const uint8_t* super = panel + size_t(b / 8) * kPackedQ4KSuperBytes;
-    for (int h = 0; h < 2; ++h) {
-      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
-      const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 64 + 32 * h)));
-      const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(pb + 512 + 16 * h));
-      const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(pb + 512 + 32 + 16 * h));
-      dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), d);
-      const __m512 neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(int(0x80000000u))));
-      mins[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), neg_dmin);
-    }
+    for (int h = 0; h < 2; ++h) kquant_scales_mins(super, pb, 512, h, &dw[h], &mins[h]);
   }
 };
 
@@ -306,6 +311,43 @@ inline void q6k_scales(const uint8_t* super, const uint8_t* blk, int h, __m512* 
   const __m128i sc_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + 800 + 16 * h));
   *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc_lo)));
   *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc_hi)));
+}
+
+// Packed Q5_K: the 8 level vectors of half h of a block, low 4 bits as for Q6_K, bit 4 from bit G of
+// the top-bit vector (shifted to bit 4; 16-bit shifts carry only into bits the mask clears).
+inline void q5k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i top = _mm512_load_si512(blk + 512 + h * 64);
+  const __m512i hi[8] = {_mm512_and_si512(_mm512_slli_epi16(top, 4), m10), _mm512_and_si512(_mm512_slli_epi16(top, 3), m10),
+                         _mm512_and_si512(_mm512_slli_epi16(top, 2), m10), _mm512_and_si512(_mm512_slli_epi16(top, 1), m10),
+                         _mm512_and_si512(top, m10),                       _mm512_and_si512(_mm512_srli_epi16(top, 1), m10),
+                         _mm512_and_si512(_mm512_srli_epi16(top, 2), m10), _mm512_and_si512(_mm512_srli_epi16(top, 3), m10)};
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
+    lv[g] = _mm512_ternarylogic_epi32(v, hi[g], m0f, 0xEC);  // (a & 0x0F) | b
+    lv[g + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi[g + 4], m0f, 0xEC);
+  }
+}
+
+// The GEMM panel of DecodeQ5_K's layout built from a packed Q5_K copy.
+void panel_from_packed_q5k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<DecodeQ5_K>;
+  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = src + size_t(b / 8) * kPackedQ5KSuperBytes;
+    const uint8_t* blk = super + kPackedQ5KHeaderBytes + size_t(b % 8) * kPackedQ5KBlockBytes;
+    uint8_t* pb = panel + b * L::kBlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q5k_levels(blk, h, lv);
+      for (int g = 0; g < 8; ++g) _mm512_store_si512(pb + g * 128 + h * 64, lv[g]);
+      __m512 dw, min;
+      kquant_scales_mins(super, blk, 640, h, &dw, &min);
+      _mm512_store_ps(pb + L::kScale + 64 * h, dw);
+      _mm512_store_ps(pb + L::kMin + 64 * h, min);
+    }
+  }
 }
 
 // The GEMM panel of DecodeQ6_K's layout built from a packed Q6_K copy: levels one per byte, scales f32.
@@ -465,6 +507,8 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
                                           std::is_same_v<Dec, DecodeQ4_K>;
         if (std::is_same_v<Dec, DecodeQ6_K> && w.packed) {
           panel_from_packed_q6k(w, p, nb, panel);
+        } else if (std::is_same_v<Dec, DecodeQ5_K> && w.packed) {
+          panel_from_packed_q5k(w, p, nb, panel);
         } else if (kHasPackedLayout && w.packed) {
           if constexpr (kHasPackedLayout) panel_from_packed<Dec>(w, p, nb, panel);
         } else {
@@ -901,6 +945,94 @@ void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const SplitActivati
   }
 }
 
+// Packed Q5_K, few activation rows: the 8 level vectors per block and half (q5k_levels), one sum per
+// block, then f = fma(float(isum), d_w * d_x, f) and f = fma(min_w, s_x, f), as the tile does.
+template <int R>
+void packed_q5k_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
+                           int valid) {
+  __m512 f[2][R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = panel + size_t(b / 8) * kPackedQ5KSuperBytes;
+    const uint8_t* blk = super + kPackedQ5KHeaderBytes + size_t(b % 8) * kPackedQ5KBlockBytes;
+#pragma GCC unroll 12
+    for (size_t line = 0; line < kPackedQ5KBlockBytes + 64; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q5k_levels(blk, h, lv);
+      __m512 dw, min;
+      kquant_scales_mins(super, blk, 640, h, &dw, &min);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const size_t m = size_t(r) * nb + b;
+        const int8_t* xq = act.q + m * kQK;
+        __m512i a = _mm512_set1_epi32(act.init[m]), c = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          a = _mm512_dpbusd_epi32(a, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+          c = _mm512_dpbusd_epi32(c, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
+        }
+        const __m512 dx = _mm512_set1_ps(act.d[m]);
+        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, c)), _mm512_mul_ps(dw, dx), f[h][r]);
+        f[h][r] = _mm512_fmadd_ps(min, _mm512_set1_ps(act.s[m]), f[h][r]);
+      }
+    }
+  }
+  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
+  }
+}
+
+void packed_q5k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                     ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const size_t meta = size_t(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
+  BlockActivations act;
+  act.q = reinterpret_cast<int8_t*>(buf);
+  act.d = reinterpret_cast<float*>(buf + meta * kQK);
+  act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  act.s = reinterpret_cast<float*>(act.init + meta);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+      act.d[r * nb + b] = qb.d;
+      act.init[r * nb + b] = -DecodeQ5_K::kOffset * qb.sum;
+      act.s[r * nb + b] = qb.s;
+    }
+  }
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
+  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          packed_q5k_gemv_panel<1>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 2:
+          packed_q5k_gemv_panel<2>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 3:
+          packed_q5k_gemv_panel<3>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        default:
+          packed_q5k_gemv_panel<4>(panel, nb, act, y + o0, ldy, valid);
+          break;
+      }
+    }
+  });
+}
+
 void packed_q6k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                      ThreadPool* pool) {
   const int64_t nb = w.in / kQK;
@@ -1189,6 +1321,8 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
         return packed_gemv<PackedQ4_0>(w, x, rows, ldx, y, ldy, pool);
       case GgmlType::Q4_K:
         return packed_gemv<PackedQ4_K>(w, x, rows, ldx, y, ldy, pool);
+      case GgmlType::Q5_K:
+        return packed_q5k_gemv(w, x, rows, ldx, y, ldy, pool);
       case GgmlType::Q6_K:
         return packed_q6k_gemv(w, x, rows, ldx, y, ldy, pool);
       default:

@@ -51,17 +51,23 @@ void pack_panel(const MatrixView& w, int64_t p, uint8_t* dst) {
 // as Q4_0 packs them (low nibble element 4g + k, high nibble element 16 + 4g + k), the rows' 6-bit
 // scales and mins as bytes. The kernels form float(sc) * d and float(m) * -dmin, as DecodeQ4_K does
 // from the GGUF block, so packed and GGUF-layout kernels agree bit for bit.
-void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
+// Q5_K (Bits5): the same with the levels' bit 4 (bit t of qh[l] for sub-block t) after the nibbles.
+template <class Block, bool Bits5>
+void pack_panel_kquant(const MatrixView& w, int64_t p, uint8_t* dst) {
+  constexpr size_t kHeader = Bits5 ? kPackedQ5KHeaderBytes : kPackedQ4KHeaderBytes;
+  constexpr size_t kBlockBytes = Bits5 ? kPackedQ5KBlockBytes : kPackedQ4KBlockBytes;
+  constexpr size_t kSuperBytes = Bits5 ? kPackedQ5KSuperBytes : kPackedQ4KSuperBytes;
+  constexpr size_t kScales = Bits5 ? 640 : 512;
   const int64_t n_super = w.in / kQKK;
-  const BlockQ4_K* rows[kPackedPanelRows];
+  const Block* rows[kPackedPanelRows];
   for (int j = 0; j < kPackedPanelRows; ++j) {
     const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
-    rows[j] = reinterpret_cast<const BlockQ4_K*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
+    rows[j] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
   }
   for (int64_t sb = 0; sb < n_super; ++sb) {
-    uint8_t* super = dst + size_t(sb) * kPackedQ4KSuperBytes;
+    uint8_t* super = dst + size_t(sb) * kSuperBytes;
     for (int j = 0; j < kPackedPanelRows; ++j) {
-      const BlockQ4_K& blk = rows[j][sb];
+      const Block& blk = rows[j][sb];
       reinterpret_cast<uint16_t*>(super)[j] = blk.d;
       reinterpret_cast<uint16_t*>(super + 64)[j] = blk.dmin;
       // The 6-bit scales and mins of the 8 sub-blocks (see k_scales_mins in block_decode_avx512.h).
@@ -73,18 +79,29 @@ void pack_panel_q4_k(const MatrixView& w, int64_t p, uint8_t* dst) {
         mn[t + 4] = uint8_t((blk.scales[t + 8] >> 4) | ((blk.scales[t + 4] >> 6) << 4));
       }
       for (int t = 0; t < 8; ++t) {
-        uint8_t* out = super + kPackedQ4KHeaderBytes + size_t(t) * kPackedQ4KBlockBytes;
+        uint8_t* out = super + kHeader + size_t(t) * kBlockBytes;
         const uint8_t* qs = blk.qs + 32 * (t / 2);
         const int shift = 4 * (t % 2);
-        uint8_t u[32];
+        uint8_t u[32], top[32] = {};
         for (int i = 0; i < 32; ++i) u[i] = uint8_t((qs[i] >> shift) & 0x0F);
+        if constexpr (Bits5) {
+          for (int i = 0; i < 32; ++i) top[i] = uint8_t((blk.qh[i] >> t) & 1);
+        }
         const int h = j / 16, lane = j % 16;
         for (int g = 0; g < 4; ++g) {
           uint8_t* b = out + g * 128 + h * 64 + lane * 4;
           for (int k = 0; k < 4; ++k) b[k] = uint8_t(u[4 * g + k] | (u[16 + 4 * g + k] << 4));
         }
-        out[512 + j] = sc[t];
-        out[512 + 32 + j] = mn[t];
+        if constexpr (Bits5) {
+          uint8_t* b = out + 512 + h * 64 + lane * 4;
+          for (int k = 0; k < 4; ++k) {
+            uint8_t bits = 0;
+            for (int g = 0; g < 8; ++g) bits = uint8_t(bits | (top[4 * g + k] << g));
+            b[k] = bits;
+          }
+        }
+        out[kScales + j] = sc[t];
+        out[kScales + 32 + j] = mn[t];
       }
     }
   }
@@ -147,7 +164,8 @@ bool use_packed() { return g_use_packed.load(std::memory_order_relaxed); }
 bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && active_isa() == Isa::Avx512; }
 
 bool packable_type(GgmlType t) {
-  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K;
 }
 
 size_t packed_block_bytes(GgmlType t) {
@@ -158,6 +176,8 @@ size_t packed_block_bytes(GgmlType t) {
       return 4 * 128 + kScaleBytes;
     case GgmlType::Q4_K:
       return kPackedQ4KSuperBytes / 8;  // the average, as for Q6_K
+    case GgmlType::Q5_K:
+      return kPackedQ5KSuperBytes / 8;
     case GgmlType::Q6_K:
       return kPackedQ6KSuperBytes / 8;  // the average: the super-block header is spread over its 8 blocks
     default:
@@ -181,7 +201,9 @@ void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool) {
       } else if (w.type == GgmlType::Q4_0) {
         pack_panel<BlockQ4_0, 4, 0u>(w, p, out);
       } else if (w.type == GgmlType::Q4_K) {
-        pack_panel_q4_k(w, p, out);
+        pack_panel_kquant<BlockQ4_K, false>(w, p, out);
+      } else if (w.type == GgmlType::Q5_K) {
+        pack_panel_kquant<BlockQ5_K, true>(w, p, out);
       } else {
         pack_panel_q6_k(w, p, out);
       }

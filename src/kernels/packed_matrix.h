@@ -1,4 +1,4 @@
-// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0, Q4_0, Q4_K, Q6_K).
+// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 //
 // In the GGUF layout a weight row's blocks are contiguous, so a kernel that keeps one output per f32
 // lane (which batch invariance needs, see matmul_avx512.cpp) must transpose every block it reads; on
@@ -14,12 +14,15 @@
 //         low nibbles elements 4g..4g+3, high nibbles elements 16+4g..16+4g+3;   then 32 fp16 scales.
 //   Q4_K: per 256-element super-block a header of 32 fp16 d and 32 fp16 dmin, then per 32-element
 //         sub-block the Q4_0 layout of its levels, the rows' 6-bit scales and mins as bytes (32 + 32).
+//   Q5_K: as Q4_K, with after the nibbles the levels' bit 4 (128 bytes: half h, lane j, byte k holds in
+//         bit G that of element 4G + k of row 16h + j), then scales and mins.
 //   Q6_K: per 256-element super-block a header of 32 fp16 d, then per 32-element block the low 4 bits
 //         of the levels in the Q4_0 layout (512 bytes), their top 2 bits (256 bytes: vector m, half h,
 //         lane j, byte k holds in bits 2t, 2t+1 those of element 4(4m + t) + k of row 16h + j) and the
 //         int8 scales of the block's lower and upper 16 elements (32 + 32 bytes).
 // Q8_0, Q4_0 and Q6_K take the same bytes as the GGUF types (34, 18 and 26.25 per row and 32 elements),
-// Q4_K 18.5 instead of 18 (its 6-bit scales and mins unpacked to bytes once, not once per token).
+// Q4_K and Q5_K half a byte more (18.5, 22.5: their 6-bit scales and mins unpacked to bytes once, not
+// once per token).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +39,9 @@ constexpr int kPackedPanelRows = 32;
 // Q4_K's packed super-block: fp16 d and dmin of the 32 rows, then 8 blocks of nibbles, scales and mins.
 constexpr size_t kPackedQ4KHeaderBytes = 128, kPackedQ4KBlockBytes = 512 + 32 + 32;
 constexpr size_t kPackedQ4KSuperBytes = kPackedQ4KHeaderBytes + 8 * kPackedQ4KBlockBytes;
+// Q5_K's: the same header, then 8 blocks of nibbles, top bits, scales and mins.
+constexpr size_t kPackedQ5KHeaderBytes = 128, kPackedQ5KBlockBytes = 512 + 128 + 32 + 32;
+constexpr size_t kPackedQ5KSuperBytes = kPackedQ5KHeaderBytes + 8 * kPackedQ5KBlockBytes;
 // Q6_K's packed super-block: the d header, then 8 blocks of levels and scales.
 constexpr size_t kPackedQ6KHeaderBytes = 64, kPackedQ6KBlockBytes = 512 + 256 + 64;
 constexpr size_t kPackedQ6KSuperBytes = kPackedQ6KHeaderBytes + 8 * kPackedQ6KBlockBytes;
