@@ -1,5 +1,6 @@
-// Internal to matmul_avx512.cpp: AVX-512 quantization of activation blocks and decoding of weight blocks
-// for the 8-bit kernels. Include only from files compiled with the AVX-512 flags (and only from one).
+// Internal to the AVX-512 int8 kernels: AVX-512 quantization of activation blocks and decoding of weight blocks
+// for the 8-bit kernels. Include only from files compiled with the AVX-512 flags (every function here is
+// inline and those files share one set of flags, so the copies the linker merges are identical).
 //
 // Every weight type is seen as 32-element blocks of unsigned levels u with a scale, and for some a min:
 //   weight = scale * (u - kOffset) + min

@@ -33,6 +33,11 @@ void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
                  ThreadPool* pool);
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool);
+// Int8 kernels on weights packed at load time (matmul_packed_avx512.cpp): the decode GEMV (rows <= 4)
+// on w.packed, and panel p of the int8 GEMM (layout of int8_panel_avx512.h) built from w.packed.
+void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                        ThreadPool* pool);
+void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel);
 // BF16 weights with vdpbf16ps (matmul_avx512 calls it when the CPU has AVX512_BF16).
 void matmul_bf16_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool);

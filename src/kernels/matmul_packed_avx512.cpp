@@ -1,0 +1,578 @@
+// Int8 kernels on weights packed at load time (packed_matrix.h), AVX-512: the decode GEMVs that stream
+// the packed copies, and the conversion of a packed panel into the int8 GEMM's register panel
+// (int8_panel_avx512.h). Every kernel here performs, per (activation row, output), exactly the float
+// operations of the GGUF-layout kernels in matmul_avx512.cpp, so packed and unpacked results agree bit
+// for bit (tests/matmul_test.cpp checks it on every type and shape).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/block_decode_avx512.h"
+#include "kernels/int8_panel_avx512.h"
+#include "kernels/lanes_avx512.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/packed_matrix.h"
+#include "kernels/thread_pool.h"
+#include "tensor/blocks.h"
+
+namespace gem4::matmul_detail {
+namespace {
+
+using namespace avx512;
+using namespace avx512_lanes;
+
+// ------------------------------------------------------------------------------------------------
+// Packed layouts read into the GEMM's register panels.
+
+// Packed Q4_K/Q5_K scales and mins of rows 16h..16h+15: float(sc) * d and float(m) * -dmin, the products
+// DecodeQ4_K/Q5_K form from the GGUF block (k_scales_mins). `at`: offset of the scale bytes in the block.
+inline void kquant_scales_mins(const uint8_t* super, const uint8_t* blk, size_t at, int h, __m512* dw, __m512* min) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 64 + 32 * h)));
+  const __m512 neg_dmin =
+      _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(int(0x80000000u))));
+  const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + at + 16 * h));
+  const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + at + 32 + 16 * h));
+  *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), d);
+  *min = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), neg_dmin);
+}
+
+// The packed formats: levels one per byte or two (nibbles); where block b starts and its scales (and
+// mins) as f32 vectors for rows 0-15 and 16-31.
+template <bool kNibbleLevels, int kOff>
+struct PackedLegacy {  // Q8_0, Q4_0: blocks of levels then 32 fp16 scales
+  static constexpr bool kNibbles = kNibbleLevels, kHasMin = false;
+  static constexpr int kOffset = kOff;
+  static constexpr size_t kBlockBytes = (kNibbles ? 4 : 8) * 128 + kPackedPanelRows * sizeof(uint16_t);
+  static const uint8_t* block(const uint8_t* panel, int64_t b) { return panel + size_t(b) * kBlockBytes; }
+  static void scales(const uint8_t*, int64_t, const uint8_t* pb, __m512* dw, __m512*) {
+    const __m512i h = _mm512_load_si512(pb + kBlockBytes - 64);
+    dw[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    dw[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  }
+};
+using PackedQ8_0 = PackedLegacy<false, DecodeQ8_0::kOffset>;
+using PackedQ4_0 = PackedLegacy<true, DecodeQ4_0::kOffset>;
+
+struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-block nibbles, u8 sc and m
+  static constexpr bool kNibbles = true, kHasMin = true;
+  static constexpr int kOffset = DecodeQ4_K::kOffset;
+  static constexpr size_t kBlockBytes = kPackedQ4KBlockBytes;
+  static const uint8_t* block(const uint8_t* panel, int64_t b) {
+    return panel + size_t(b / 8) * kPackedQ4KSuperBytes + kPackedQ4KHeaderBytes + size_t(b % 8) * kBlockBytes;
+  }
+  // scale = float(sc) * d and min = float(m) * -dmin: the products DecodeQ4_K forms from the GGUF block.
+  static void scales(const uint8_t* panel, int64_t b, const uint8_t* pb, __m512* dw, __m512* mins) {
+    const uint8_t* super = panel + size_t(b / 8) * kPackedQ4KSuperBytes;
+    for (int h = 0; h < 2; ++h) kquant_scales_mins(super, pb, 512, h, &dw[h], &mins[h]);
+  }
+};
+
+// The same panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
+// Q8_0 is a copy and Q4_0/Q4_K split each byte's two nibbles into groups g and g + 4; scales (and
+// Q4_K's mins) to f32.
+template <class Dec>
+void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<Dec>;
+  static_assert(!Dec::kSplitScales, "Q6_K has its own: panel_from_packed_q6k");
+  constexpr bool kNibbles = !std::is_same_v<Dec, DecodeQ8_0>;
+  constexpr bool kF32Scales = Dec::kHasMin;  // Q4_K
+  constexpr size_t kQuant = kNibbles ? 512 : 1024;
+  using Fmt = std::conditional_t<std::is_same_v<Dec, DecodeQ8_0>, PackedQ8_0,
+                                 std::conditional_t<std::is_same_v<Dec, DecodeQ4_0>, PackedQ4_0, PackedQ4_K>>;
+  const uint8_t* base = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = Fmt::block(base, b);
+    uint8_t* pb = panel + b * L::kBlockBytes;
+    if constexpr (kNibbles) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {  // i = 2 g + h
+        const __m512i v = _mm512_load_si512(src + 64 * i);
+        _mm512_store_si512(pb + 64 * i, _mm512_and_si512(v, low));
+        _mm512_store_si512(pb + 512 + 64 * i, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(pb + 64 * i, _mm512_load_si512(src + 64 * i));
+    }
+    if constexpr (kF32Scales) {
+      __m512 dw[2], mins[2];
+      Fmt::scales(base, b, src, dw, mins);
+      for (int i = 0; i < 2; ++i) {
+        _mm512_store_ps(pb + L::kScale + 64 * i, dw[i]);
+        _mm512_store_ps(pb + L::kMin + 64 * i, mins[i]);
+      }
+    } else {
+      const __m512i h = _mm512_load_si512(src + kQuant);
+      _mm512_store_ps(pb + L::kScale, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
+      _mm512_store_ps(pb + L::kScale + 64, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
+    }
+  }
+}
+
+// Packed Q6_K (packed_matrix.h): the 8 level vectors (groups G = 0..7 of 4 elements, 16 rows per
+// vector) of half h of a block. Low 4 bits: the low (G < 4) or high (G >= 4) nibbles of vector G % 4;
+// top 2 bits: bits 2t, 2t+1 (t = G % 4) of top-bit vector G / 4, moved to bits 4-5. The 16-bit shifts
+// carry bits across bytes only into positions the masks clear.
+inline void q6k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i top[2] = {_mm512_load_si512(blk + 512 + h * 64), _mm512_load_si512(blk + 512 + 128 + h * 64)};
+  __m512i hi[2][4];
+  for (int m = 0; m < 2; ++m) {
+    hi[m][0] = _mm512_and_si512(_mm512_slli_epi16(top[m], 4), m30);
+    hi[m][1] = _mm512_and_si512(_mm512_slli_epi16(top[m], 2), m30);
+    hi[m][2] = _mm512_and_si512(top[m], m30);
+    hi[m][3] = _mm512_and_si512(_mm512_srli_epi16(top[m], 2), m30);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
+    // (a & 0x0F) | b, b holding only bits 4-5.
+    lv[g] = _mm512_ternarylogic_epi32(v, hi[0][g], m0f, 0xEC);
+    lv[g + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi[1][g], m0f, 0xEC);
+  }
+}
+
+// Q6_K's scales of half h of a packed block, d x sc as the GGUF decoder forms them (DecodeQ6_K::scales).
+inline void q6k_scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
+  const __m128i sc_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + 768 + 16 * h));
+  const __m128i sc_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(blk + 800 + 16 * h));
+  *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc_lo)));
+  *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc_hi)));
+}
+
+// Packed Q5_K: the 8 level vectors of half h of a block, low 4 bits as for Q6_K, bit 4 from bit G of
+// the top-bit vector (shifted to bit 4; 16-bit shifts carry only into bits the mask clears).
+inline void q5k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i top = _mm512_load_si512(blk + 512 + h * 64);
+  const __m512i hi[8] = {_mm512_and_si512(_mm512_slli_epi16(top, 4), m10), _mm512_and_si512(_mm512_slli_epi16(top, 3), m10),
+                         _mm512_and_si512(_mm512_slli_epi16(top, 2), m10), _mm512_and_si512(_mm512_slli_epi16(top, 1), m10),
+                         _mm512_and_si512(top, m10),                       _mm512_and_si512(_mm512_srli_epi16(top, 1), m10),
+                         _mm512_and_si512(_mm512_srli_epi16(top, 2), m10), _mm512_and_si512(_mm512_srli_epi16(top, 3), m10)};
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
+    lv[g] = _mm512_ternarylogic_epi32(v, hi[g], m0f, 0xEC);  // (a & 0x0F) | b
+    lv[g + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi[g + 4], m0f, 0xEC);
+  }
+}
+
+// The GEMM panel of DecodeQ5_K's layout built from a packed Q5_K copy.
+void panel_from_packed_q5k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<DecodeQ5_K>;
+  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = src + size_t(b / 8) * kPackedQ5KSuperBytes;
+    const uint8_t* blk = super + kPackedQ5KHeaderBytes + size_t(b % 8) * kPackedQ5KBlockBytes;
+    uint8_t* pb = panel + b * L::kBlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q5k_levels(blk, h, lv);
+      for (int g = 0; g < 8; ++g) _mm512_store_si512(pb + g * 128 + h * 64, lv[g]);
+      __m512 dw, min;
+      kquant_scales_mins(super, blk, 640, h, &dw, &min);
+      _mm512_store_ps(pb + L::kScale + 64 * h, dw);
+      _mm512_store_ps(pb + L::kMin + 64 * h, min);
+    }
+  }
+}
+
+// The GEMM panel of DecodeQ6_K's layout built from a packed Q6_K copy: levels one per byte, scales f32.
+void panel_from_packed_q6k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<DecodeQ6_K>;
+  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = src + size_t(b / 8) * kPackedQ6KSuperBytes;
+    const uint8_t* blk = super + kPackedQ6KHeaderBytes + size_t(b % 8) * kPackedQ6KBlockBytes;
+    uint8_t* pb = panel + b * L::kBlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q6k_levels(blk, h, lv);
+      for (int g = 0; g < 8; ++g) _mm512_store_si512(pb + g * 128 + h * 64, lv[g]);
+      __m512 lo, hi;
+      q6k_scales(super, blk, h, &lo, &hi);
+      _mm512_store_ps(pb + L::kScale + 64 * h, lo);
+      _mm512_store_ps(pb + L::kScaleHi + 64 * h, hi);
+    }
+  }
+}
+
+
+// ------------------------------------------------------------------------------------------------
+// Int8 family, few activation rows, packed weights (Q8_0, Q4_0, Q4_K; Q6_K below; packed_matrix.h). A
+// panel's block is read front to back with aligned loads: each 64-byte vector is 16 rows x 4 levels
+// (Q4_0/Q4_K: x 8 levels, two nibbles), one vpdpbusd per activation row and vector, no shuffles. The
+// arithmetic is the tile's: per block the exact integer sum (split over two accumulators to shorten
+// the dependency chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f), and for Q4_K
+// f = fma(min_w, s_x, f).
+
+// Software prefetch distances of the packed GEMV, in 64-byte lines: into L1 2 KiB ahead of the block
+// being read and into L2 8 KiB ahead, so that each core keeps more misses in flight than the hardware
+// prefetcher starts on its own. In gem4_kernel_bench (interleaved repetitions) the L1 prefetch was worth
+// ~20 % on Q4_0 and the L2 one another ~7 % (2-4 % on Q8_0); prefetchnta halved the speed.
+constexpr size_t kGemvPrefetchLines = 32, kGemvPrefetchL2Lines = 128;
+
+struct BlockActivations {
+  int8_t* q;      // [rows][nb][32]
+  float* d;       // [rows][nb]
+  int32_t* init;  // [rows][nb]: -offset * sum q
+  float* s;       // [rows][nb]: fp16(d * sum q), for the mins
+};
+
+template <class Fmt, int R>
+void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
+                       int valid) {
+  constexpr bool kNibbles = Fmt::kNibbles;
+  constexpr int kGroups = kNibbles ? 4 : 8;
+  constexpr size_t kBlock = Fmt::kBlockBytes;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 f0[R], f1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = Fmt::block(panel, b);
+#pragma GCC unroll 17
+    for (size_t line = 0; line < kBlock; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(pb + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pb + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+    }
+    __m512i a0[R], a1[R], c0[R], c1[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a0[r] = a1[r] = _mm512_set1_epi32(act.init[r * nb + b]);
+      c0[r] = c1[r] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < kGroups; ++g) {
+      const __m512i v0 = _mm512_load_si512(pb + g * 128), v1 = _mm512_load_si512(pb + g * 128 + 64);
+      if constexpr (kNibbles) {
+        // High nibbles are used in place, as 16 x level (at most 240, still a byte): their sums c0, c1
+        // are multiples of 16 and are divided back exactly below, one shift instead of one per vector.
+        const __m512i lo0 = _mm512_and_si512(v0, low), hi0 = _mm512_andnot_si512(low, v0);
+        const __m512i lo1 = _mm512_and_si512(v1, low), hi1 = _mm512_andnot_si512(low, v1);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
+          const __m512i xl = _mm512_set1_epi32(load_i32(xq + 4 * g));
+          const __m512i xh = _mm512_set1_epi32(load_i32(xq + 16 + 4 * g));
+          a0[r] = _mm512_dpbusd_epi32(a0[r], lo0, xl);
+          a1[r] = _mm512_dpbusd_epi32(a1[r], lo1, xl);
+          c0[r] = _mm512_dpbusd_epi32(c0[r], hi0, xh);
+          c1[r] = _mm512_dpbusd_epi32(c1[r], hi1, xh);
+        }
+      } else {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512i xv = _mm512_set1_epi32(load_i32(act.q + (size_t(r) * nb + b) * kQK + 4 * g));
+          if (g % 2 == 0) {
+            a0[r] = _mm512_dpbusd_epi32(a0[r], v0, xv);
+            a1[r] = _mm512_dpbusd_epi32(a1[r], v1, xv);
+          } else {
+            c0[r] = _mm512_dpbusd_epi32(c0[r], v0, xv);
+            c1[r] = _mm512_dpbusd_epi32(c1[r], v1, xv);
+          }
+        }
+      }
+    }
+    __m512 dw[2], mins[2];
+    Fmt::scales(panel, b, pb, dw, mins);
+    const __m512 dw0 = dw[0], dw1 = dw[1], m0 = mins[0], m1 = mins[1];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kNibbles) {
+        c0[r] = _mm512_srai_epi32(c0[r], 4);  // exact: 16 x the high nibbles' sum
+        c1[r] = _mm512_srai_epi32(c1[r], 4);
+      }
+      const __m512 dx = _mm512_set1_ps(act.d[r * nb + b]);
+      f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[r], c0[r])), _mm512_mul_ps(dw0, dx), f0[r]);
+      f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[r], c1[r])), _mm512_mul_ps(dw1, dx), f1[r]);
+      if constexpr (Fmt::kHasMin) {
+        const __m512 sx = _mm512_set1_ps(act.s[r * nb + b]);
+        f0[r] = _mm512_fmadd_ps(m0, sx, f0[r]);
+        f1[r] = _mm512_fmadd_ps(m1, sx, f1[r]);
+      }
+    }
+  }
+  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, k0, f0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f1[r]);
+  }
+}
+
+template <class Fmt>
+void packed_gemv_fmt(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const int offset = Fmt::kOffset;
+  const size_t meta = size_t(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
+  BlockActivations act;
+  act.q = reinterpret_cast<int8_t*>(buf);
+  act.d = reinterpret_cast<float*>(buf + meta * kQK);
+  act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  act.s = reinterpret_cast<float*>(act.init + meta);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+      act.d[r * nb + b] = qb.d;
+      act.init[r * nb + b] = -offset * qb.sum;
+      act.s[r * nb + b] = qb.s;
+    }
+  }
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
+  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          packed_gemv_panel<Fmt, 1>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 2:
+          packed_gemv_panel<Fmt, 2>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 3:
+          packed_gemv_panel<Fmt, 3>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        default:
+          packed_gemv_panel<Fmt, 4>(panel, nb, act, y + o0, ldy, valid);
+          break;
+      }
+    }
+  });
+}
+
+// Packed Q6_K, few activation rows: per block and half of the panel, the 8 level vectors
+// (q6k_levels), groups 0-3 into the lower-half sum and 4-7 into the upper-half sum, then the tile's
+// float steps: f = fma(float(isum_lo), d_lo * d_x, f), f = fma(float(isum_hi), d_hi * d_x, f).
+struct SplitActivations {
+  int8_t* q;         // [rows][nb][32]
+  float* d;          // [rows][nb]
+  int32_t* init;     // [rows][nb]: -32 * sum of the block's first 16 quants
+  int32_t* init_hi;  // [rows][nb]: -32 * sum of the last 16
+};
+
+template <int R>
+void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const SplitActivations& act, float* y, int64_t ldy,
+                           int valid) {
+  __m512 f[2][R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = panel + size_t(b / 8) * kPackedQ6KSuperBytes;
+    const uint8_t* blk = super + kPackedQ6KHeaderBytes + size_t(b % 8) * kPackedQ6KBlockBytes;
+#pragma GCC unroll 14
+    for (size_t line = 0; line < kPackedQ6KBlockBytes + 64; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q6k_levels(blk, h, lv);
+      __m512 dw_lo, dw_hi;
+      q6k_scales(super, blk, h, &dw_lo, &dw_hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const size_t m = size_t(r) * nb + b;
+        const int8_t* xq = act.q + m * kQK;
+        __m512i lo = _mm512_set1_epi32(act.init[m]), hi = _mm512_set1_epi32(act.init_hi[m]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          lo = _mm512_dpbusd_epi32(lo, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+          hi = _mm512_dpbusd_epi32(hi, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
+        }
+        const __m512 dx = _mm512_set1_ps(act.d[m]);
+        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(dw_lo, dx), f[h][r]);
+        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(dw_hi, dx), f[h][r]);
+      }
+    }
+  }
+  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
+  }
+}
+
+// Packed Q5_K, few activation rows: the 8 level vectors per block and half (q5k_levels), one sum per
+// block, then f = fma(float(isum), d_w * d_x, f) and f = fma(min_w, s_x, f), as the tile does.
+template <int R>
+void packed_q5k_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
+                           int valid) {
+  __m512 f[2][R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = panel + size_t(b / 8) * kPackedQ5KSuperBytes;
+    const uint8_t* blk = super + kPackedQ5KHeaderBytes + size_t(b % 8) * kPackedQ5KBlockBytes;
+#pragma GCC unroll 12
+    for (size_t line = 0; line < kPackedQ5KBlockBytes + 64; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i lv[8];
+      q5k_levels(blk, h, lv);
+      __m512 dw, min;
+      kquant_scales_mins(super, blk, 640, h, &dw, &min);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const size_t m = size_t(r) * nb + b;
+        const int8_t* xq = act.q + m * kQK;
+        __m512i a = _mm512_set1_epi32(act.init[m]), c = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          a = _mm512_dpbusd_epi32(a, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+          c = _mm512_dpbusd_epi32(c, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
+        }
+        const __m512 dx = _mm512_set1_ps(act.d[m]);
+        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, c)), _mm512_mul_ps(dw, dx), f[h][r]);
+        f[h][r] = _mm512_fmadd_ps(min, _mm512_set1_ps(act.s[m]), f[h][r]);
+      }
+    }
+  }
+  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
+  }
+}
+
+void packed_q5k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                     ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const size_t meta = size_t(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
+  BlockActivations act;
+  act.q = reinterpret_cast<int8_t*>(buf);
+  act.d = reinterpret_cast<float*>(buf + meta * kQK);
+  act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  act.s = reinterpret_cast<float*>(act.init + meta);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+      act.d[r * nb + b] = qb.d;
+      act.init[r * nb + b] = -DecodeQ5_K::kOffset * qb.sum;
+      act.s[r * nb + b] = qb.s;
+    }
+  }
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
+  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          packed_q5k_gemv_panel<1>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 2:
+          packed_q5k_gemv_panel<2>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 3:
+          packed_q5k_gemv_panel<3>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        default:
+          packed_q5k_gemv_panel<4>(panel, nb, act, y + o0, ldy, valid);
+          break;
+      }
+    }
+  });
+}
+
+void packed_q6k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                     ThreadPool* pool) {
+  const int64_t nb = w.in / kQK;
+  const size_t meta = size_t(rows * nb);
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
+  SplitActivations act;
+  act.q = reinterpret_cast<int8_t*>(buf);
+  act.d = reinterpret_cast<float*>(buf + meta * kQK);
+  act.init = reinterpret_cast<int32_t*>(act.d + meta);
+  act.init_hi = act.init + meta;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
+      act.d[r * nb + b] = qb.d;
+      act.init[r * nb + b] = -DecodeQ6_K::kOffset * (qb.sum - qb.sum_hi);
+      act.init_hi[r * nb + b] = -DecodeQ6_K::kOffset * qb.sum_hi;
+    }
+  }
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
+  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      switch (rows) {
+        case 1:
+          packed_q6k_gemv_panel<1>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 2:
+          packed_q6k_gemv_panel<2>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        case 3:
+          packed_q6k_gemv_panel<3>(panel, nb, act, y + o0, ldy, valid);
+          break;
+        default:
+          packed_q6k_gemv_panel<4>(panel, nb, act, y + o0, ldy, valid);
+          break;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  switch (w.type) {
+    case GgmlType::Q8_0:
+      return panel_from_packed_legacy<DecodeQ8_0>(w, p, nb, panel);
+    case GgmlType::Q4_0:
+      return panel_from_packed_legacy<DecodeQ4_0>(w, p, nb, panel);
+    case GgmlType::Q4_K:
+      return panel_from_packed_legacy<DecodeQ4_K>(w, p, nb, panel);
+    case GgmlType::Q5_K:
+      return panel_from_packed_q5k(w, p, nb, panel);
+    case GgmlType::Q6_K:
+      return panel_from_packed_q6k(w, p, nb, panel);
+    default:
+      throw std::logic_error(std::string("panel_from_packed_avx512: no packed layout for ") + ggml_type_name(w.type));
+  }
+}
+
+void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                        ThreadPool* pool) {
+  switch (w.type) {
+    case GgmlType::Q8_0:
+      return packed_gemv_fmt<PackedQ8_0>(w, x, rows, ldx, y, ldy, pool);
+    case GgmlType::Q4_0:
+      return packed_gemv_fmt<PackedQ4_0>(w, x, rows, ldx, y, ldy, pool);
+    case GgmlType::Q4_K:
+      return packed_gemv_fmt<PackedQ4_K>(w, x, rows, ldx, y, ldy, pool);
+    case GgmlType::Q5_K:
+      return packed_q5k_gemv(w, x, rows, ldx, y, ldy, pool);
+    case GgmlType::Q6_K:
+      return packed_q6k_gemv(w, x, rows, ldx, y, ldy, pool);
+    default:
+      throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") + ggml_type_name(w.type));
+  }
+}
+
+}  // namespace gem4::matmul_detail
