@@ -221,15 +221,17 @@ void panel_from_packed_q6k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* 
 // ~20 % on Q4_0 and the L2 one another ~7 % (2-4 % on Q8_0); prefetchnta halved the speed.
 constexpr size_t kGemvPrefetchLines = 32, kGemvPrefetchL2Lines = 128;
 
-struct BlockActivations {
-  int8_t* q;      // [rows][nb][32]
-  float* d;       // [rows][nb]
-  int32_t* init;  // [rows][nb]: -offset * sum q
-  float* s;       // [rows][nb]: fp16(d * sum q), for the mins
+// The activation rows quantized per 32-element block, as the kernels below read them.
+struct PackedActivations {
+  int8_t* q;         // [rows][nb][32]
+  float* d;          // [rows][nb]
+  int32_t* init;     // [rows][nb]: -offset * sum q (Q6_K: of the block's first 16 quants)
+  int32_t* init_hi;  // [rows][nb]: Q6_K: -offset * sum of the last 16 quants
+  float* s;          // [rows][nb]: fp16(d * sum q), for the mins
 };
 
 template <class Fmt, int R>
-void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
+void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
                        int valid) {
   constexpr bool kNibbles = Fmt::kNibbles;
   constexpr int kGroups = kNibbles ? 4 : 8;
@@ -309,63 +311,13 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations&
   }
 }
 
-template <class Fmt>
-void packed_gemv_fmt(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
-                 ThreadPool* pool) {
-  const int64_t nb = w.in / kQK;
-  const int offset = Fmt::kOffset;
-  const size_t meta = size_t(rows * nb);
-  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
-  BlockActivations act;
-  act.q = reinterpret_cast<int8_t*>(buf);
-  act.d = reinterpret_cast<float*>(buf + meta * kQK);
-  act.init = reinterpret_cast<int32_t*>(act.d + meta);
-  act.s = reinterpret_cast<float*>(act.init + meta);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
-      act.d[r * nb + b] = qb.d;
-      act.init[r * nb + b] = -offset * qb.sum;
-      act.s[r * nb + b] = qb.s;
-    }
-  }
-  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
-  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
-  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
-      const int64_t o0 = p * kPackedPanelRows;
-      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
-      switch (rows) {
-        case 1:
-          packed_gemv_panel<Fmt, 1>(panel, nb, act, y + o0, ldy, valid);
-          break;
-        case 2:
-          packed_gemv_panel<Fmt, 2>(panel, nb, act, y + o0, ldy, valid);
-          break;
-        case 3:
-          packed_gemv_panel<Fmt, 3>(panel, nb, act, y + o0, ldy, valid);
-          break;
-        default:
-          packed_gemv_panel<Fmt, 4>(panel, nb, act, y + o0, ldy, valid);
-          break;
-      }
-    }
-  });
-}
 
 // Packed Q6_K, few activation rows: per block and half of the panel, the 8 level vectors
 // (q6k_levels), groups 0-3 into the lower-half sum and 4-7 into the upper-half sum, then the tile's
 // float steps: f = fma(float(isum_lo), d_lo * d_x, f), f = fma(float(isum_hi), d_hi * d_x, f).
-struct SplitActivations {
-  int8_t* q;         // [rows][nb][32]
-  float* d;          // [rows][nb]
-  int32_t* init;     // [rows][nb]: -32 * sum of the block's first 16 quants
-  int32_t* init_hi;  // [rows][nb]: -32 * sum of the last 16
-};
 
 template <int R>
-void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const SplitActivations& act, float* y, int64_t ldy,
+void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
                            int valid) {
   __m512 f[2][R];
 #pragma GCC unroll 4
@@ -410,7 +362,7 @@ void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const SplitActivati
 // Packed Q5_K, few activation rows: the 8 level vectors per block and half (q5k_levels), one sum per
 // block, then f = fma(float(isum), d_w * d_x, f) and f = fma(min_w, s_x, f), as the tile does.
 template <int R>
-void packed_q5k_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivations& act, float* y, int64_t ldy,
+void packed_q5k_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
                            int valid) {
   __m512 f[2][R];
 #pragma GCC unroll 4
@@ -452,22 +404,30 @@ void packed_q5k_gemv_panel(const uint8_t* panel, int64_t nb, const BlockActivati
   }
 }
 
-void packed_q5k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+
+
+// The decode kernels' common driver: quantize the activation rows once, then hand out panels.
+// Kernel: kOffset, kSplitScales and panel<R>(panel, nb, act, y, ldy, valid) for R = 1..4 rows.
+template <class Kernel>
+void packed_gemv_run(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                      ThreadPool* pool) {
   const int64_t nb = w.in / kQK;
   const size_t meta = size_t(rows * nb);
-  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
-  BlockActivations act;
+  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 16)));
+  PackedActivations act;
   act.q = reinterpret_cast<int8_t*>(buf);
   act.d = reinterpret_cast<float*>(buf + meta * kQK);
   act.init = reinterpret_cast<int32_t*>(act.d + meta);
-  act.s = reinterpret_cast<float*>(act.init + meta);
+  act.init_hi = act.init + meta;
+  act.s = reinterpret_cast<float*>(act.init_hi + meta);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
-      act.d[r * nb + b] = qb.d;
-      act.init[r * nb + b] = -DecodeQ5_K::kOffset * qb.sum;
-      act.s[r * nb + b] = qb.s;
+      const size_t m = size_t(r * nb + b);
+      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + m * kQK);
+      act.d[m] = qb.d;
+      act.init[m] = -Kernel::kOffset * (Kernel::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
+      act.init_hi[m] = -Kernel::kOffset * qb.sum_hi;
+      act.s[m] = qb.s;
     }
   }
   const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
@@ -479,64 +439,47 @@ void packed_q5k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t 
       const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
       switch (rows) {
         case 1:
-          packed_q5k_gemv_panel<1>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<1>(panel, nb, act, y + o0, ldy, valid);
           break;
         case 2:
-          packed_q5k_gemv_panel<2>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<2>(panel, nb, act, y + o0, ldy, valid);
           break;
         case 3:
-          packed_q5k_gemv_panel<3>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<3>(panel, nb, act, y + o0, ldy, valid);
           break;
         default:
-          packed_q5k_gemv_panel<4>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<4>(panel, nb, act, y + o0, ldy, valid);
           break;
       }
     }
   });
 }
 
-void packed_q6k_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
-                     ThreadPool* pool) {
-  const int64_t nb = w.in / kQK;
-  const size_t meta = size_t(rows * nb);
-  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 12)));
-  SplitActivations act;
-  act.q = reinterpret_cast<int8_t*>(buf);
-  act.d = reinterpret_cast<float*>(buf + meta * kQK);
-  act.init = reinterpret_cast<int32_t*>(act.d + meta);
-  act.init_hi = act.init + meta;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + (r * nb + b) * kQK);
-      act.d[r * nb + b] = qb.d;
-      act.init[r * nb + b] = -DecodeQ6_K::kOffset * (qb.sum - qb.sum_hi);
-      act.init_hi[r * nb + b] = -DecodeQ6_K::kOffset * qb.sum_hi;
-    }
+template <class Fmt>
+struct LegacyOrQ4KGemv {
+  static constexpr int kOffset = Fmt::kOffset;
+  static constexpr bool kSplitScales = false;
+  template <int R>
+  static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
+    packed_gemv_panel<Fmt, R>(pn, nb, act, y, ldy, valid);
   }
-  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
-  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
-  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
-      const int64_t o0 = p * kPackedPanelRows;
-      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
-      switch (rows) {
-        case 1:
-          packed_q6k_gemv_panel<1>(panel, nb, act, y + o0, ldy, valid);
-          break;
-        case 2:
-          packed_q6k_gemv_panel<2>(panel, nb, act, y + o0, ldy, valid);
-          break;
-        case 3:
-          packed_q6k_gemv_panel<3>(panel, nb, act, y + o0, ldy, valid);
-          break;
-        default:
-          packed_q6k_gemv_panel<4>(panel, nb, act, y + o0, ldy, valid);
-          break;
-      }
-    }
-  });
-}
+};
+struct Q5KGemv {
+  static constexpr int kOffset = DecodeQ5_K::kOffset;
+  static constexpr bool kSplitScales = false;
+  template <int R>
+  static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
+    packed_q5k_gemv_panel<R>(pn, nb, act, y, ldy, valid);
+  }
+};
+struct Q6KGemv {
+  static constexpr int kOffset = DecodeQ6_K::kOffset;
+  static constexpr bool kSplitScales = true;
+  template <int R>
+  static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
+    packed_q6k_gemv_panel<R>(pn, nb, act, y, ldy, valid);
+  }
+};
 
 }  // namespace
 
@@ -561,15 +504,15 @@ void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64
                         ThreadPool* pool) {
   switch (w.type) {
     case GgmlType::Q8_0:
-      return packed_gemv_fmt<PackedQ8_0>(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0>>(w, x, rows, ldx, y, ldy, pool);
     case GgmlType::Q4_0:
-      return packed_gemv_fmt<PackedQ4_0>(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0>>(w, x, rows, ldx, y, ldy, pool);
     case GgmlType::Q4_K:
-      return packed_gemv_fmt<PackedQ4_K>(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K>>(w, x, rows, ldx, y, ldy, pool);
     case GgmlType::Q5_K:
-      return packed_q5k_gemv(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<Q5KGemv>(w, x, rows, ldx, y, ldy, pool);
     case GgmlType::Q6_K:
-      return packed_q6k_gemv(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<Q6KGemv>(w, x, rows, ldx, y, ldy, pool);
     default:
       throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") + ggml_type_name(w.type));
   }
