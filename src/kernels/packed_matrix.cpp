@@ -22,6 +22,7 @@ uint32_t load_u32(const void* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+void store_u32(void* p, uint32_t v) { std::memcpy(p, &v, sizeof v); }
 
 // Groups of 4 elements whose bytes one 64-byte lane vector holds per half: 8 for Q8_0 (a byte per
 // element), 4 for Q4_0 (two nibbles per byte: elements 4g.. in the low, 16+4g.. in the high nibbles).
@@ -80,25 +81,19 @@ void pack_panel_kquant(const MatrixView& w, int64_t p, uint8_t* dst) {
       }
       for (int t = 0; t < 8; ++t) {
         uint8_t* out = super + kHeader + size_t(t) * kBlockBytes;
+        // Four elements at a time in a 32-bit word (SWAR): this runs once per weight at load time.
         const uint8_t* qs = blk.qs + 32 * (t / 2);
         const int shift = 4 * (t % 2);
-        uint8_t u[32], top[32] = {};
-        for (int i = 0; i < 32; ++i) u[i] = uint8_t((qs[i] >> shift) & 0x0F);
-        if constexpr (Bits5) {
-          for (int i = 0; i < 32; ++i) top[i] = uint8_t((blk.qh[i] >> t) & 1);
-        }
         const int h = j / 16, lane = j % 16;
         for (int g = 0; g < 4; ++g) {
-          uint8_t* b = out + g * 128 + h * 64 + lane * 4;
-          for (int k = 0; k < 4; ++k) b[k] = uint8_t(u[4 * g + k] | (u[16 + 4 * g + k] << 4));
+          const uint32_t lo = (load_u32(qs + 4 * g) >> shift) & 0x0F0F0F0Fu;
+          const uint32_t hi = (load_u32(qs + 16 + 4 * g) >> shift) & 0x0F0F0F0Fu;
+          store_u32(out + g * 128 + h * 64 + lane * 4, lo | (hi << 4));
         }
         if constexpr (Bits5) {
-          uint8_t* b = out + 512 + h * 64 + lane * 4;
-          for (int k = 0; k < 4; ++k) {
-            uint8_t bits = 0;
-            for (int g = 0; g < 8; ++g) bits = uint8_t(bits | (top[4 * g + k] << g));
-            b[k] = bits;
-          }
+          uint32_t bits = 0;  // byte k, bit g: bit t of qh[4g + k]
+          for (int g = 0; g < 8; ++g) bits |= ((load_u32(blk.qh + 4 * g) >> t) & 0x01010101u) << g;
+          store_u32(out + 512 + h * 64 + lane * 4, bits);
         }
         out[kScales + j] = sc[t];
         out[kScales + 32 + j] = mn[t];
@@ -126,24 +121,20 @@ void pack_panel_q6_k(const MatrixView& w, int64_t p, uint8_t* dst) {
       const int h = j / 16, lane = j % 16;
       for (int t = 0; t < 8; ++t) {  // block t: quarter q of half hh of the super-block (ggml's layout)
         const int hh = t / 4, q = t % 4;
-        uint8_t u[32];
-        for (int l = 0; l < 32; ++l) {
-          const uint8_t ql = blk.ql[64 * hh + 32 * (q % 2) + l];
-          const uint8_t low = q < 2 ? (ql & 0x0F) : (ql >> 4);
-          u[l] = uint8_t(low | (((blk.qh[32 * hh + l] >> (2 * q)) & 3) << 4));
-        }
         uint8_t* out = super + kPackedQ6KHeaderBytes + size_t(t) * kPackedQ6KBlockBytes;
+        // Four elements at a time in a 32-bit word (SWAR): this runs once per weight at load time.
+        const uint8_t* ql = blk.ql + 64 * hh + 32 * (q % 2);
+        const uint8_t* qh = blk.qh + 32 * hh;
+        const int shift = q < 2 ? 0 : 4;
         for (int g = 0; g < 4; ++g) {
-          uint8_t* b = out + g * 128 + h * 64 + lane * 4;
-          for (int k = 0; k < 4; ++k) b[k] = uint8_t((u[4 * g + k] & 0x0F) | ((u[16 + 4 * g + k] & 0x0F) << 4));
+          const uint32_t lo = (load_u32(ql + 4 * g) >> shift) & 0x0F0F0F0Fu;
+          const uint32_t hi = (load_u32(ql + 16 + 4 * g) >> shift) & 0x0F0F0F0Fu;
+          store_u32(out + g * 128 + h * 64 + lane * 4, lo | (hi << 4));
         }
-        for (int m = 0; m < 2; ++m) {
-          uint8_t* b = out + 512 + m * 128 + h * 64 + lane * 4;
-          for (int k = 0; k < 4; ++k) {
-            uint8_t bits = 0;
-            for (int tt = 0; tt < 4; ++tt) bits = uint8_t(bits | ((u[4 * (4 * m + tt) + k] >> 4) << (2 * tt)));
-            b[k] = bits;
-          }
+        for (int m = 0; m < 2; ++m) {  // byte k, bits 2tt..2tt+1: top bits of element 4(4m + tt) + k
+          uint32_t bits = 0;
+          for (int tt = 0; tt < 4; ++tt) bits |= ((load_u32(qh + 4 * (4 * m + tt)) >> (2 * q)) & 0x03030303u) << (2 * tt);
+          store_u32(out + 512 + m * 128 + h * 64 + lane * 4, bits);
         }
         reinterpret_cast<int8_t*>(out + 768)[j] = blk.scales[2 * t];
         reinterpret_cast<int8_t*>(out + 768 + 32)[j] = blk.scales[2 * t + 1];
