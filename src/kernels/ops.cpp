@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tensor/quant.h"
@@ -108,7 +109,7 @@ void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n
   }
 }
 
-void softmax(float* x, int64_t n) {
+void softmax_reference(float* x, int64_t n) {
   if (n <= 0) return;
   float mx = x[0];
   for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
@@ -129,9 +130,10 @@ void softcap_reference(float* x, int64_t n, float cap) {
 #if defined(__AVX512F__)
 namespace {
 
-// e^y for 0 <= y <= 88 (and NaN): y = n ln2 + r with |r| <= ln2/2 (ln2 in two parts so n ln2 is exact
-// enough), e^r by the degree-6 polynomial of Cephes' expf, then scaled by 2^n exactly (vscalefps).
-__m512 exp_nonneg_ps(__m512 y) {
+// e^y for -104 <= y <= 88 (and NaN): y = n ln2 + r with |r| <= ln2/2 (ln2 in two parts so n ln2 is
+// exact enough), e^r by the degree-6 polynomial of Cephes' expf, then scaled by 2^n exactly
+// (vscalefps, which also rounds the subnormal results below e^-87.3 correctly).
+__m512 exp_ps(__m512 y) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), y);
@@ -159,7 +161,7 @@ __m512 tanh_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
   const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
   // min(88, y) returns y when y is NaN (the second operand wins on unordered inputs).
-  const __m512 e = exp_nonneg_ps(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_add_ps(ax, ax)));
+  const __m512 e = exp_ps(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_add_ps(ax, ax)));
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 large_abs = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)));
@@ -169,6 +171,41 @@ __m512 tanh_ps(__m512 x) {
 
 }  // namespace
 #endif
+
+void softmax(float* x, int64_t n) {
+#if defined(__AVX512F__)
+  if (n <= 0) return;
+  // As the reference: max, then e^(x - max) summed in double, then scaled by 1 / sum; 16 lanes at a
+  // time (masked tail), the sum in 16 double lanes added in a fixed order at the end. Arguments below
+  // -104 (e^-104 is below the smallest subnormal; -inf for masked keys) give 0.
+  auto mask = [n](int64_t i) { return n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1); };
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n; i += 16) mx = _mm512_mask_max_ps(mx, mask(i), mx, _mm512_maskz_loadu_ps(mask(i), x + i));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
+  const __m512 lowest = _mm512_set1_ps(-104.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = mask(i);
+    const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m);
+    __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, lowest, _CMP_GE_OQ) & k, exp_ps(_mm512_max_ps(d, lowest)));
+    _mm512_mask_storeu_ps(x + i, k, e);
+    sum_lo = _mm512_add_pd(sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    sum_hi = _mm512_add_pd(sum_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+  alignas(64) double part[16];
+  _mm512_store_pd(part, sum_lo);
+  _mm512_store_pd(part + 8, sum_hi);
+  double sum = 0;
+  for (double p : part) sum += p;
+  const __m512 inv = _mm512_set1_ps(float(1.0 / sum));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = mask(i);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+  }
+#else
+  softmax_reference(x, n);
+#endif
+}
 
 void softcap(float* x, int64_t n, float cap) {
 #if defined(__AVX512F__)

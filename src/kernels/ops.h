@@ -27,8 +27,11 @@ void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n
 // The same, one element at a time (the reference the vectorised version is tested against).
 void gelu_tanh_f16_mul_reference(const float* gate, const float* up, float* out, int64_t n);
 
-// Numerically stable softmax in place.
+// Numerically stable softmax in place. Vectorised where AVX-512 is compiled in (exp within ~2 ulp;
+// attention runs it on every query row's scores).
 void softmax(float* x, int64_t n);
+// The same with std::exp, one element at a time (the vectorised version's reference).
+void softmax_reference(float* x, int64_t n);
 // x = cap * tanh(x / cap). Vectorised where AVX-512 is compiled in (a tanh within ~3 ulp of libm's);
 // decode applies it to 262,144 logits per token, where libm's tanhf took ~3 % of the token.
 void softcap(float* x, int64_t n, float cap);
