@@ -74,16 +74,14 @@ struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-bloc
   }
 };
 
-// The same panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
+// The GEMM panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
 // Q8_0 is a copy and Q4_0/Q4_K split each byte's two nibbles into groups g and g + 4; scales (and
-// Q4_K's mins) to f32.
+// Q4_K's mins) as the decode kernels form them.
 template <class Dec>
 void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
   using L = PanelLayout<Dec>;
   static_assert(!Dec::kSplitScales, "Q6_K has its own: panel_from_packed_q6k");
   constexpr bool kNibbles = !std::is_same_v<Dec, DecodeQ8_0>;
-  constexpr bool kF32Scales = Dec::kHasMin;  // Q4_K
-  constexpr size_t kQuant = kNibbles ? 512 : 1024;
   using Fmt = std::conditional_t<std::is_same_v<Dec, DecodeQ8_0>, PackedQ8_0,
                                  std::conditional_t<std::is_same_v<Dec, DecodeQ4_0>, PackedQ4_0, PackedQ4_K>>;
   const uint8_t* base = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
@@ -102,17 +100,11 @@ void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) _mm512_store_si512(pb + 64 * i, _mm512_load_si512(src + 64 * i));
     }
-    if constexpr (kF32Scales) {
-      __m512 dw[2], mins[2];
-      Fmt::scales(base, b, src, dw, mins);
-      for (int i = 0; i < 2; ++i) {
-        _mm512_store_ps(pb + L::kScale + 64 * i, dw[i]);
-        _mm512_store_ps(pb + L::kMin + 64 * i, mins[i]);
-      }
-    } else {
-      const __m512i h = _mm512_load_si512(src + kQuant);
-      _mm512_store_ps(pb + L::kScale, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
-      _mm512_store_ps(pb + L::kScale + 64, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
+    __m512 dw[2], mins[2];
+    Fmt::scales(base, b, src, dw, mins);
+    for (int i = 0; i < 2; ++i) {
+      _mm512_store_ps(pb + L::kScale + 64 * i, dw[i]);
+      if constexpr (Dec::kHasMin) _mm512_store_ps(pb + L::kMin + 64 * i, mins[i]);
     }
   }
 }
