@@ -80,7 +80,7 @@ struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-bloc
 template <class Dec>
 void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
   using L = PanelLayout<Dec>;
-  static_assert(!Dec::kSplitScales, "Q6_K has its own: panel_from_packed_q6k");
+  static_assert(!Dec::kSplitScales, "Q6_K has its own: panel_from_packed_planes");
   constexpr bool kNibbles = !std::is_same_v<Dec, DecodeQ8_0>;
   using Fmt = std::conditional_t<std::is_same_v<Dec, DecodeQ8_0>, PackedQ8_0,
                                  std::conditional_t<std::is_same_v<Dec, DecodeQ4_0>, PackedQ4_0, PackedQ4_K>>;
@@ -158,42 +158,64 @@ inline void q5k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
   }
 }
 
-// The GEMM panel of DecodeQ5_K's layout built from a packed Q5_K copy.
-void panel_from_packed_q5k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
-  using L = PanelLayout<DecodeQ5_K>;
-  const uint8_t* src = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* super = src + size_t(b / 8) * kPackedQ5KSuperBytes;
-    const uint8_t* blk = super + kPackedQ5KHeaderBytes + size_t(b % 8) * kPackedQ5KBlockBytes;
-    uint8_t* pb = panel + b * L::kBlockBytes;
-    for (int h = 0; h < 2; ++h) {
-      __m512i lv[8];
-      q5k_levels(blk, h, lv);
-      for (int g = 0; g < 8; ++g) _mm512_store_si512(pb + g * 128 + h * 64, lv[g]);
-      __m512 dw, min;
-      kquant_scales_mins(super, blk, 640, h, &dw, &min);
-      _mm512_store_ps(pb + L::kScale + 64 * h, dw);
-      _mm512_store_ps(pb + L::kMin + 64 * h, min);
-    }
+// Packed Q5_K and Q6_K, the formats whose levels need their top bits added (q5k_levels, q6k_levels):
+// where block b starts, its level vectors, and two f32 vectors per half h: Q6_K the scales of the lower
+// and upper 16 elements, Q5_K the scale and the min. finish() applies a block's two integer sums (the
+// lower and upper 16 elements) to the f32 sum exactly as the tile does.
+struct PlanesQ5_K {
+  using Dec = DecodeQ5_K;
+  static constexpr size_t kSuperBytes = kPackedQ5KSuperBytes, kHeaderBytes = kPackedQ5KHeaderBytes;
+  static constexpr size_t kBlockBytes = kPackedQ5KBlockBytes;
+  static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q5k_levels(blk, h, lv); }
+  static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* dw, __m512* min) {
+    kquant_scales_mins(super, blk, 640, h, dw, min);
   }
+  // f = fma(float(isum), d_w * d_x, f), then f = fma(min_w, s_x, f).
+  static __m512 finish(__m512 f, __m512i lo, __m512i hi, __m512 dw, __m512 min, __m512 dx, __m512 sx) {
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), _mm512_mul_ps(dw, dx), f);
+    return _mm512_fmadd_ps(min, sx, f);
+  }
+};
+struct PlanesQ6_K {
+  using Dec = DecodeQ6_K;
+  static constexpr size_t kSuperBytes = kPackedQ6KSuperBytes, kHeaderBytes = kPackedQ6KHeaderBytes;
+  static constexpr size_t kBlockBytes = kPackedQ6KBlockBytes;
+  static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q6k_levels(blk, h, lv); }
+  static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
+    q6k_scales(super, blk, h, lo, hi);
+  }
+  // f = fma(float(isum_lo), d_lo * d_x, f), then f = fma(float(isum_hi), d_hi * d_x, f).
+  static __m512 finish(__m512 f, __m512i lo, __m512i hi, __m512 d_lo, __m512 d_hi, __m512 dx, __m512) {
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(d_lo, dx), f);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(d_hi, dx), f);
+  }
+};
+
+template <class K>
+const uint8_t* planes_block(const uint8_t* panel, int64_t b, const uint8_t** super) {
+  *super = panel + size_t(b / 8) * K::kSuperBytes;
+  return *super + K::kHeaderBytes + size_t(b % 8) * K::kBlockBytes;
 }
 
-// The GEMM panel of DecodeQ6_K's layout built from a packed Q6_K copy: levels one per byte, scales f32.
-void panel_from_packed_q6k(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
-  using L = PanelLayout<DecodeQ6_K>;
+// The GEMM panel of the decoder's layout built from a packed Q5_K / Q6_K copy: levels one per byte,
+// the second f32 vector stored as the Q6_K upper-half scales or the Q5_K mins.
+template <class K>
+void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
+  using L = PanelLayout<typename K::Dec>;
+  constexpr size_t kSecond = K::Dec::kSplitScales ? L::kScaleHi : L::kMin;
   const uint8_t* src = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* super = src + size_t(b / 8) * kPackedQ6KSuperBytes;
-    const uint8_t* blk = super + kPackedQ6KHeaderBytes + size_t(b % 8) * kPackedQ6KBlockBytes;
+    const uint8_t* super;
+    const uint8_t* blk = planes_block<K>(src, b, &super);
     uint8_t* pb = panel + b * L::kBlockBytes;
     for (int h = 0; h < 2; ++h) {
       __m512i lv[8];
-      q6k_levels(blk, h, lv);
+      K::levels(blk, h, lv);
       for (int g = 0; g < 8; ++g) _mm512_store_si512(pb + g * 128 + h * 64, lv[g]);
-      __m512 lo, hi;
-      q6k_scales(super, blk, h, &lo, &hi);
-      _mm512_store_ps(pb + L::kScale + 64 * h, lo);
-      _mm512_store_ps(pb + L::kScaleHi + 64 * h, hi);
+      __m512 first, second;
+      K::scales(super, blk, h, &first, &second);
+      _mm512_store_ps(pb + L::kScale + 64 * h, first);
+      _mm512_store_ps(pb + kSecond + 64 * h, second);
     }
   }
 }
@@ -304,30 +326,29 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 }
 
 
-// Packed Q6_K, few activation rows: per block and half of the panel, the 8 level vectors
-// (q6k_levels), groups 0-3 into the lower-half sum and 4-7 into the upper-half sum, then the tile's
-// float steps: f = fma(float(isum_lo), d_lo * d_x, f), f = fma(float(isum_hi), d_hi * d_x, f).
-
-template <int R>
-void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
-                           int valid) {
+// Packed Q5_K / Q6_K, few activation rows: per block and half of the panel, the 8 level vectors,
+// groups 0-3 into the lower-half sum and 4-7 into the upper-half sum (each starting from its share of
+// -offset * sum q; Q5_K's offset is 0), then K::finish, the tile's float steps.
+template <class K, int R>
+void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
+                              int64_t ldy, int valid) {
   __m512 f[2][R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* super = panel + size_t(b / 8) * kPackedQ6KSuperBytes;
-    const uint8_t* blk = super + kPackedQ6KHeaderBytes + size_t(b % 8) * kPackedQ6KBlockBytes;
+    const uint8_t* super;
+    const uint8_t* blk = planes_block<K>(panel, b, &super);
 #pragma GCC unroll 14
-    for (size_t line = 0; line < kPackedQ6KBlockBytes + 64; line += 64) {
+    for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m512i lv[8];
-      q6k_levels(blk, h, lv);
-      __m512 dw_lo, dw_hi;
-      q6k_scales(super, blk, h, &dw_lo, &dw_hi);
+      K::levels(blk, h, lv);
+      __m512 first, second;
+      K::scales(super, blk, h, &first, &second);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const size_t m = size_t(r) * nb + b;
@@ -338,54 +359,7 @@ void packed_q6k_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivat
           lo = _mm512_dpbusd_epi32(lo, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
           hi = _mm512_dpbusd_epi32(hi, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
         }
-        const __m512 dx = _mm512_set1_ps(act.d[m]);
-        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(dw_lo, dx), f[h][r]);
-        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(dw_hi, dx), f[h][r]);
-      }
-    }
-  }
-  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
-  for (int r = 0; r < R; ++r) {
-    _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
-    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
-  }
-}
-
-// Packed Q5_K, few activation rows: the 8 level vectors per block and half (q5k_levels), one sum per
-// block, then f = fma(float(isum), d_w * d_x, f) and f = fma(min_w, s_x, f), as the tile does.
-template <int R>
-void packed_q5k_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
-                           int valid) {
-  __m512 f[2][R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* super = panel + size_t(b / 8) * kPackedQ5KSuperBytes;
-    const uint8_t* blk = super + kPackedQ5KHeaderBytes + size_t(b % 8) * kPackedQ5KBlockBytes;
-#pragma GCC unroll 12
-    for (size_t line = 0; line < kPackedQ5KBlockBytes + 64; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m512i lv[8];
-      q5k_levels(blk, h, lv);
-      __m512 dw, min;
-      kquant_scales_mins(super, blk, 640, h, &dw, &min);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const size_t m = size_t(r) * nb + b;
-        const int8_t* xq = act.q + m * kQK;
-        __m512i a = _mm512_set1_epi32(act.init[m]), c = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) {
-          a = _mm512_dpbusd_epi32(a, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
-          c = _mm512_dpbusd_epi32(c, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
-        }
-        const __m512 dx = _mm512_set1_ps(act.d[m]);
-        f[h][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, c)), _mm512_mul_ps(dw, dx), f[h][r]);
-        f[h][r] = _mm512_fmadd_ps(min, _mm512_set1_ps(act.s[m]), f[h][r]);
+        f[h][r] = K::finish(f[h][r], lo, hi, first, second, _mm512_set1_ps(act.d[m]), _mm512_set1_ps(act.s[m]));
       }
     }
   }
@@ -456,20 +430,13 @@ struct LegacyOrQ4KGemv {
     packed_gemv_panel<Fmt, R>(pn, nb, act, y, ldy, valid);
   }
 };
-struct Q5KGemv {
-  static constexpr int kOffset = DecodeQ5_K::kOffset;
-  static constexpr bool kSplitScales = false;
+template <class K>
+struct PlanesGemv {
+  static constexpr int kOffset = K::Dec::kOffset;
+  static constexpr bool kSplitScales = K::Dec::kSplitScales;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    packed_q5k_gemv_panel<R>(pn, nb, act, y, ldy, valid);
-  }
-};
-struct Q6KGemv {
-  static constexpr int kOffset = DecodeQ6_K::kOffset;
-  static constexpr bool kSplitScales = true;
-  template <int R>
-  static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    packed_q6k_gemv_panel<R>(pn, nb, act, y, ldy, valid);
+    packed_planes_gemv_panel<K, R>(pn, nb, act, y, ldy, valid);
   }
 };
 
@@ -484,9 +451,9 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
     case GgmlType::Q4_K:
       return panel_from_packed_legacy<DecodeQ4_K>(w, p, nb, panel);
     case GgmlType::Q5_K:
-      return panel_from_packed_q5k(w, p, nb, panel);
+      return panel_from_packed_planes<PlanesQ5_K>(w, p, nb, panel);
     case GgmlType::Q6_K:
-      return panel_from_packed_q6k(w, p, nb, panel);
+      return panel_from_packed_planes<PlanesQ6_K>(w, p, nb, panel);
     default:
       throw std::logic_error(std::string("panel_from_packed_avx512: no packed layout for ") + ggml_type_name(w.type));
   }
@@ -502,9 +469,9 @@ void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64
     case GgmlType::Q4_K:
       return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K>>(w, x, rows, ldx, y, ldy, pool);
     case GgmlType::Q5_K:
-      return packed_gemv_run<Q5KGemv>(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ5_K>>(w, x, rows, ldx, y, ldy, pool);
     case GgmlType::Q6_K:
-      return packed_gemv_run<Q6KGemv>(w, x, rows, ldx, y, ldy, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ6_K>>(w, x, rows, ldx, y, ldy, pool);
     default:
       throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") + ggml_type_name(w.type));
   }
