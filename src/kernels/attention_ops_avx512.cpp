@@ -43,6 +43,18 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
   }
 }
 
+// value_tile<L, hn> for 1 <= hn <= H.
+template <class L, int H = 8>
+void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
+                    int n, float* out, int64_t ldo) {
+  if constexpr (H == 1) {
+    value_tile<L, 1>(p, ldp, v, v_col, nk, d0, n, out, ldo);
+  } else {
+    if (hn == H) return value_tile<L, H>(p, ldp, v, v_col, nk, d0, n, out, ldo);
+    value_tile_any<L, H - 1>(hn, p, ldp, v, v_col, nk, d0, n, out, ldo);
+  }
+}
+
 template <class L>
 void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
                int width, float* out, int64_t ldo) {
@@ -52,32 +64,7 @@ void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, in
     float* oh = out + h0 * ldo;
     for (int d0 = 0; d0 < width; d0 += 32) {
       const int n = std::min(32, width - d0);
-      switch (hn) {
-        case 8:
-          value_tile<L, 8>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        case 7:
-          value_tile<L, 7>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        case 6:
-          value_tile<L, 6>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        case 5:
-          value_tile<L, 5>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        case 4:
-          value_tile<L, 4>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        case 3:
-          value_tile<L, 3>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        case 2:
-          value_tile<L, 2>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-        default:
-          value_tile<L, 1>(ph, ldp, v, v_col, nk, d0, n, oh, ldo);
-          break;
-      }
+      value_tile_any<L>(hn, ph, ldp, v, v_col, nk, d0, n, oh, ldo);
     }
   }
 }

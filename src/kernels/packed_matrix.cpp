@@ -24,6 +24,15 @@ uint32_t load_u32(const void* p) {
 }
 void store_u32(void* p, uint32_t v) { std::memcpy(p, &v, sizeof v); }
 
+// The GGUF blocks of panel p's 32 rows (rows past the end repeat the last row).
+template <class Block>
+void panel_rows(const MatrixView& w, int64_t p, const Block* rows[kPackedPanelRows]) {
+  for (int j = 0; j < kPackedPanelRows; ++j) {
+    const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
+    rows[j] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
+  }
+}
+
 // Groups of 4 elements whose bytes one 64-byte lane vector holds per half: 8 for Q8_0 (a byte per
 // element), 4 for Q4_0 (two nibbles per byte: elements 4g.. in the low, 16+4g.. in the high nibbles).
 template <class Block, int kGroups, uint32_t kXor>
@@ -31,10 +40,7 @@ void pack_panel(const MatrixView& w, int64_t p, uint8_t* dst) {
   const int64_t nb = w.in / kQK;
   const size_t block_bytes = size_t(kGroups) * 128 + kScaleBytes;
   const Block* rows[kPackedPanelRows];
-  for (int j = 0; j < kPackedPanelRows; ++j) {
-    const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
-    rows[j] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
-  }
+  panel_rows(w, p, rows);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* out = dst + size_t(b) * block_bytes;
     for (int g = 0; g < kGroups; ++g) {
@@ -61,10 +67,7 @@ void pack_panel_kquant(const MatrixView& w, int64_t p, uint8_t* dst) {
   constexpr size_t kScales = Bits5 ? 640 : 512;
   const int64_t n_super = w.in / kQKK;
   const Block* rows[kPackedPanelRows];
-  for (int j = 0; j < kPackedPanelRows; ++j) {
-    const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
-    rows[j] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
-  }
+  panel_rows(w, p, rows);
   for (int64_t sb = 0; sb < n_super; ++sb) {
     uint8_t* super = dst + size_t(sb) * kSuperBytes;
     for (int j = 0; j < kPackedPanelRows; ++j) {
@@ -109,10 +112,7 @@ void pack_panel_kquant(const MatrixView& w, int64_t p, uint8_t* dst) {
 void pack_panel_q6_k(const MatrixView& w, int64_t p, uint8_t* dst) {
   const int64_t n_super = w.in / kQKK;
   const BlockQ6_K* rows[kPackedPanelRows];
-  for (int j = 0; j < kPackedPanelRows; ++j) {
-    const int64_t o = std::min<int64_t>(p * kPackedPanelRows + j, w.out - 1);
-    rows[j] = reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes);
-  }
+  panel_rows(w, p, rows);
   for (int64_t sb = 0; sb < n_super; ++sb) {
     uint8_t* super = dst + size_t(sb) * kPackedQ6KSuperBytes;
     for (int j = 0; j < kPackedPanelRows; ++j) {
