@@ -189,6 +189,10 @@ void register_all() {
   // Single-thread points for the headline shape.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     register_matmul("E2B_ffn_up/rows:512/threads:1", t, 1536, 6144, 512, 1, 0.2);
+    // The down projection's 6144-wide activations outgrow L2 at 512 rows (3 MiB of quants), not at 128.
+    for (int64_t rows : {int64_t{128}, int64_t{512}}) {
+      register_matmul("E2B_ffn_down/rows:" + std::to_string(rows) + "/threads:1", t, 6144, 1536, rows, 1, 0.2);
+    }
   }
   // LM head (tied embedding, 262144 x 1536), decode only: the types llama-quantize gives it.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {

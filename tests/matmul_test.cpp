@@ -533,6 +533,38 @@ TEST(Matmul, BatchInvariance) {
   }
 }
 
+// The GEMM quantizes long rows 16 blocks at a time (AVX-512: one transposed reduction for the 16 block
+// maxima and sums); the streaming kernels one block at a time. Rows long enough for both (two groups
+// of 16 plus a remainder), with edge-case activations: an all-zero row, an all-zero block, values on
+// the rounding boundary x * 127 / amax = k + 1/2, a single huge value, and tiny subnormal-scale values.
+TEST(Matmul, LongRowsQuantizeLikeOneBlockAtATime) {
+  const auto isas = available_isas();
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K,
+                     GgmlType::Q6_K}) {
+    const int64_t in = ggml_block_elems(t) == 256 ? 5 * 256 : 35 * 32;
+    constexpr int64_t kRows = 14, kOut = 40;
+    const Weights w = make_weights(t, kOut, in, 5);
+    std::vector<float> x = make_activations(kRows, in, in, 21);
+    std::fill(x.begin(), x.begin() + in, 0.0f);                      // row 0: zeros
+    std::fill(x.begin() + in + 64, x.begin() + in + 96, 0.0f);       // row 1, block 2: zeros
+    for (int64_t i = 0; i < in; ++i) x[2 * in + i] = float(i % 32) - 15.5f;  // row 2: amax 16, halves
+    for (int64_t i = 0; i < in; ++i) x[3 * in + i] = (i % 32 == 7) ? 3e4f : 0.25f * float(i % 5);
+    for (int64_t i = 0; i < in; ++i) x[4 * in + i] = 1e-30f * float(int(i % 9) - 4);
+    for (Isa isa : isas) {
+      IsaOverride o(isa);
+      for (const MatrixView& v : w.views(isa)) {
+        std::vector<float> whole(kRows * kOut), single(kRows * kOut);
+        matmul(v, x.data(), kRows, in, whole.data(), kOut, nullptr);
+        for (int64_t r = 0; r < kRows; ++r) matmul(v, x.data() + r * in, 1, in, single.data() + r * kOut, kOut, nullptr);
+        for (int64_t r = 0; r < kRows; ++r) {
+          ASSERT_EQ(0, std::memcmp(whole.data() + r * kOut, single.data() + r * kOut, kOut * sizeof(float)))
+              << ggml_type_name(t) << " isa=" << isa_name(isa) << " row=" << r << (v.packed ? " packed" : "");
+        }
+      }
+    }
+  }
+}
+
 // The vdpbf16ps kernels, wherever the CPU has them (Auto may leave them off, see matmul.h): the same
 // sweeps as above against the bf16-activation reference, and batch invariance between the streaming
 // and the GEMM kernel.

@@ -267,9 +267,14 @@ void int8_tile_any(int n, const uint8_t* panel, int64_t nb, const TileMajorActiv
 
 // How the panels x activation-row chunks are split into tasks. Normally each thread takes whole panels
 // (each weight byte is read and repacked once); with too few panels to keep every thread busy the
-// activation rows are split as well.
+// activation rows are split as well. When the quantized activations outgrow L2 (the down projection:
+// 512 rows x 6144 = 3 MiB) a task takes a group of panels and runs each row tile against all of them,
+// so the activations stream from L3 once per group instead of once per panel; the group's panels
+// (at most ~1 MiB) stay in L2.
 struct TaskSplit {
   int64_t n_panels, row_chunks, chunk_rows;
+  int64_t group;     // panels per task
+  int64_t n_groups;  // tasks along the output dimension
 };
 
 TaskSplit split_tasks(int64_t out, int64_t rows, ThreadPool* pool, int tile_rows) {
@@ -279,7 +284,21 @@ TaskSplit split_tasks(int64_t out, int64_t rows, ThreadPool* pool, int tile_rows
   s.row_chunks = (threads > 1 && s.n_panels < 8 * threads) ? threads : 1;
   const int64_t per_chunk = (rows + s.row_chunks - 1) / s.row_chunks;
   s.chunk_rows = (per_chunk + tile_rows - 1) / tile_rows * tile_rows;
+  s.group = 1;
+  s.n_groups = s.n_panels;
   return s;
+}
+
+// Groups panels when `activation_bytes` outgrow half of L2 (see TaskSplit).
+void group_panels_for_l2(TaskSplit& s, size_t activation_bytes, size_t panel_bytes, ThreadPool* pool) {
+  constexpr size_t kL2Budget = size_t{1} << 20;  // half of a 2 MiB L2, for panels or for activations
+  if (activation_bytes <= kL2Budget || s.row_chunks > 1 || getenv("NOGROUP")) return;
+  const int threads = pool ? pool->size() : 1;
+  // Keep at least 4 tasks per thread so that dynamic hand-out still balances a noisy machine.
+  const int64_t by_cache = std::max<int64_t>(1, int64_t(kL2Budget / panel_bytes));
+  const int64_t by_balance = std::max<int64_t>(1, s.n_panels / (4 * threads));
+  s.group = std::min<int64_t>({4, by_cache, by_balance});
+  s.n_groups = (s.n_panels + s.group - 1) / s.group;
 }
 
 template <class Dec>
@@ -298,44 +317,66 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
   act.init_hi = act.init + meta;
   act.s = reinterpret_cast<float*>(act.init_hi + meta);
   parallel_for(pool, rows, 8, [&](int64_t r0, int64_t r1, int) {
+    auto store = [&](int64_t m, const QuantizedBlock& qb) {
+      act.d[m] = qb.d;
+      act.s[m] = qb.s;
+      act.init[m] = -Dec::kOffset * (Dec::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
+      act.init_hi[m] = -Dec::kOffset * qb.sum_hi;
+    };
+    QuantizedBlocks16 q16;
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t b = 0; b < nb; ++b) {
+      int64_t b = 0;
+      for (; b + 16 <= nb; b += 16) {
+        const int64_t m = act.at(r, b);  // blocks b, b + 1, ... of row r are kInt8TileRows entries apart
+        quantize_blocks16(x + r * ldx + b * kQK, act.q + m * kQK, kInt8TileRows * kQK, &q16);
+        for (int i = 0; i < 16; ++i) {
+          store(m + i * kInt8TileRows, {q16.d[i], q16.sum[i], q16.sum_hi[i], q16.s[i]});
+        }
+      }
+      for (; b < nb; ++b) {
         const int64_t m = act.at(r, b);
-        const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + m * kQK);
-        act.d[m] = qb.d;
-        act.s[m] = qb.s;
-        act.init[m] = -Dec::kOffset * (Dec::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
-        act.init_hi[m] = -Dec::kOffset * qb.sum_hi;
+        store(m, quantize_block(x + r * ldx + b * kQK, act.q + m * kQK));
       }
     }
   });
 
-  const TaskSplit split = split_tasks(w.out, rows, pool, kInt8TileRows);
+  const size_t panel_bytes = nb * PanelLayout<Dec>::kBlockBytes;
+  TaskSplit split = split_tasks(w.out, rows, pool, kInt8TileRows);
+  group_panels_for_l2(split, q_bytes + meta * 16, panel_bytes, pool);
   auto run_tasks = [&](int64_t t0, int64_t t1, int) {
-    auto* panel = static_cast<uint8_t*>(thread_scratch(kSlotPanel, nb * PanelLayout<Dec>::kBlockBytes));
-    int64_t built = -1;  // the panel in `panel`
+    auto* panels = static_cast<uint8_t*>(thread_scratch(kSlotPanel, split.group * panel_bytes));
+    int64_t built = -1;  // the panel group in `panels`
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t p = t / split.row_chunks, c = t % split.row_chunks;
-      const int64_t o0 = p * kPanelRows;
-      const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
-      if (p != built) {
-        if (w.packed) {
-          panel_from_packed_avx512(w, p, nb, panel);
-        } else {
-          repack_int8_panel<Dec>(w, o0, count, nb, panel);
+      const int64_t grp = t / split.row_chunks, c = t % split.row_chunks;
+      const int64_t p0 = grp * split.group;
+      const int64_t n_in_group = std::min(split.group, split.n_panels - p0);
+      if (grp != built) {
+        for (int64_t i = 0; i < n_in_group; ++i) {
+          const int64_t p = p0 + i;
+          uint8_t* panel = panels + i * panel_bytes;
+          if (w.packed) {
+            panel_from_packed_avx512(w, p, nb, panel);
+          } else {
+            const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - p * kPanelRows));
+            repack_int8_panel<Dec>(w, p * kPanelRows, count, nb, panel);
+          }
         }
-        built = p;
+        built = grp;
       }
       const int64_t r_end = std::min(rows, (c + 1) * split.chunk_rows);
       for (int64_t r = c * split.chunk_rows; r < r_end; r += kInt8TileRows) {
         const int n = static_cast<int>(std::min<int64_t>(kInt8TileRows, r_end - r));
-        int8_tile_any<Dec>(n, panel, nb, act, rows, r, y + r * ldy + o0, ldy, count);
+        for (int64_t i = 0; i < n_in_group; ++i) {
+          const int64_t o0 = (p0 + i) * kPanelRows;
+          const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
+          int8_tile_any<Dec>(n, panels + i * panel_bytes, nb, act, rows, r, y + r * ldy + o0, ldy, count);
+        }
       }
     }
   };
   // Tasks handed out one at a time: on a shared machine a core that loses time to another process
   // takes fewer panels instead of holding up the barrier. (A task is a panel x row chunk, ~0.1 ms.)
-  const int64_t n_tasks = split.n_panels * split.row_chunks;
+  const int64_t n_tasks = split.n_groups * split.row_chunks;
   if (pool) {
     pool->parallel_for_dynamic(n_tasks, 1, run_tasks);
   } else {
