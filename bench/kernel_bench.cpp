@@ -49,14 +49,7 @@ struct BenchWeights {
   }
 };
 
-BenchWeights& weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
-  // Keep only the latest matrix: the large ones are hundreds of MB.
-  static std::unique_ptr<BenchWeights> cached;
-  if (cached && cached->type == t && cached->out == out && cached->in == in &&
-      (cached->copies > 1 || !beat_cache)) {
-    return *cached;
-  }
-  cached.reset();
+std::unique_ptr<BenchWeights> make_weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
   auto w = std::make_unique<BenchWeights>();
   w->type = t;
   w->out = out;
@@ -80,7 +73,18 @@ BenchWeights& weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
   for (size_t o = 0; o < static_cast<size_t>(out) * w->copies; ++o) {
     std::copy_n(distinct.data() + (o % 64) * w->row_bytes, w->row_bytes, w->data.data() + o * w->row_bytes);
   }
-  cached = std::move(w);
+  return w;
+}
+
+BenchWeights& weights(GgmlType t, int64_t out, int64_t in, bool beat_cache) {
+  // Keep only the latest matrix: the large ones are hundreds of MB.
+  static std::unique_ptr<BenchWeights> cached;
+  if (cached && cached->type == t && cached->out == out && cached->in == in &&
+      (cached->copies > 1 || !beat_cache)) {
+    return *cached;
+  }
+  cached.reset();
+  cached = make_weights(t, out, in, beat_cache);
   return *cached;
 }
 
@@ -129,6 +133,36 @@ void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, 
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(isa_name(active_isa())) + (packed && w.packed_views[0].packed ? " packed" : "") +
                  (type == GgmlType::BF16 && bf16_dot_active() ? " vdpbf16ps" : ""));
+}
+
+// Products that share their input (k, v and q of a layer; gate and up), packed as after loading:
+// one matmul_shared_input call, or one matmul call each. GMAC/s counts all the products.
+void BM_SharedInput(benchmark::State& state, GgmlType type, int64_t in, std::vector<int64_t> outs, int64_t rows,
+                    bool shared) {
+  std::vector<std::unique_ptr<BenchWeights>> ws;
+  std::vector<std::vector<float>> ys;
+  std::vector<MatmulTarget> targets;
+  double macs = 0;
+  for (int64_t out : outs) {
+    ws.push_back(make_weights(type, out, in, false));
+    ys.emplace_back(rows * out);
+    targets.push_back({ws.back()->packed_view(0), ys.back().data(), out});
+    macs += double(rows) * double(in) * double(out);
+  }
+  std::vector<float> x(rows * in);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  for (auto _ : state) {
+    if (shared) {
+      matmul_shared_input(targets.data(), int(targets.size()), x.data(), rows, in, &pool2());
+    } else {
+      for (const MatmulTarget& t : targets) matmul(t.w, x.data(), rows, in, t.y, t.ldy, &pool2());
+    }
+    benchmark::DoNotOptimize(ys.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(isa_name(active_isa())) + (targets[0].w.packed ? " packed" : ""));
 }
 
 void BM_MatmulReference(benchmark::State& state) {
@@ -192,6 +226,21 @@ void register_all() {
     // The down projection's 6144-wide activations outgrow L2 at 512 rows (3 MiB of quants), not at 128.
     for (int64_t rows : {int64_t{128}, int64_t{512}}) {
       register_matmul("E2B_ffn_down/rows:" + std::to_string(rows) + "/threads:1", t, 6144, 1536, rows, 1, 0.2);
+    }
+  }
+  // Shared-input products of E2B's KV-writing layers at pp512: one call vs a call each.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (bool shared : {true, false}) {
+      const std::string how = shared ? "/shared" : "/separate";
+      const std::string type = ggml_type_name(t);
+      benchmark::RegisterBenchmark((type + "_packed/E2B_kvq" + how + "/rows:512/threads:2").c_str(), BM_SharedInput,
+                                   t, 1536, std::vector<int64_t>{256, 256, 2048}, 512, shared)
+          ->MinTime(0.2)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark((type + "_packed/E2B_gate_up" + how + "/rows:512/threads:2").c_str(),
+                                   BM_SharedInput, t, 1536, std::vector<int64_t>{6144, 6144}, 512, shared)
+          ->MinTime(0.2)
+          ->UseRealTime();
     }
   }
   // LM head (tied embedding, 262144 x 1536), decode only: the types llama-quantize gives it.

@@ -565,6 +565,44 @@ TEST(Matmul, LongRowsQuantizeLikeOneBlockAtATime) {
   }
 }
 
+// Products sharing an input (q/k/v, gate/up) in one call: bit for bit the separate calls, for every
+// type and ISA, packed or not, with row counts on both sides of the streaming limit, small products
+// (fewer panels than threads x 8, so their rows are split; one of a single panel) and one target of another type or width
+// (which takes the separate-call fallback).
+TEST(Matmul, SharedInputMatchesSeparateCalls) {
+  const auto isas = available_isas();
+  ThreadPool pool(2);
+  for (GgmlType t : kAllTypes) {
+    const int64_t be = ggml_block_elems(t);
+    const int64_t in = be == 1 ? 96 : (be == 256 ? 512 : 17 * 32);
+    const Weights wk = make_weights(t, 20, in, 3), wv = make_weights(t, 33, in, 4), wq = make_weights(t, 300, in, 6);
+    const Weights other = make_weights(GgmlType::F32, 20, in, 7);
+    for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{37}}) {
+      const int64_t ldx = in + 3;
+      const auto x = make_activations(rows, in, ldx, uint32_t(rows));
+      for (Isa isa : isas) {
+        IsaOverride o(isa);
+        for (size_t variant = 0; variant < wk.views(isa).size(); ++variant) {
+          const MatrixView k = wk.views(isa)[variant], v = wv.views(isa)[variant], q = wq.views(isa)[variant];
+          for (bool mixed : {false, true}) {
+            const MatrixView third = mixed ? other.view() : q;
+            std::vector<float> yk(rows * 20, kSentinel), yv(rows * 33, kSentinel), yq(rows * (third.out + 1), kSentinel);
+            const MatmulTarget targets[3] = {{k, yk.data(), 20}, {v, yv.data(), 33}, {third, yq.data(), third.out + 1}};
+            matmul_shared_input(targets, 3, x.data(), rows, ldx, rows == 5 ? nullptr : &pool);
+            for (const MatmulTarget& tg : targets) {
+              std::vector<float> want(rows * tg.ldy, kSentinel);
+              matmul(tg.w, x.data(), rows, ldx, want.data(), tg.ldy, nullptr);
+              ASSERT_EQ(0, std::memcmp(want.data(), tg.y, want.size() * sizeof(float)))
+                  << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << rows << " out=" << tg.w.out
+                  << (tg.w.packed ? " packed" : "") << (mixed ? " mixed" : "");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The vdpbf16ps kernels, wherever the CPU has them (Auto may leave them off, see matmul.h): the same
 // sweeps as above against the bf16-activation reference, and batch invariance between the streaming
 // and the GEMM kernel.

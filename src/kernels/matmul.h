@@ -33,6 +33,21 @@ struct MatrixView {
 void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
             ThreadPool* pool);
 
+// One of several products that read the same input (matmul_shared_input).
+struct MatmulTarget {
+  MatrixView w;
+  float* y = nullptr;  // rows x w.out, leading dimension ldy
+  int64_t ldy = 0;
+};
+
+// y_j = x W_j^T for each of `count` (<= 4) targets sharing x: the q/k/v projections of a layer, or
+// gate and up. Bit for bit what separate matmul() calls give. Where the int8 GEMM runs (same quantized
+// type and `in` for all, more than a few rows) the input is quantized once and the threads share out
+// the tiles of all the products at one barrier, so small products (k and v: 256 outputs) no longer
+// pay their own quantization and synchronisation.
+void matmul_shared_input(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                         ThreadPool* pool);
+
 // BF16 weights: whether the vdpbf16ps kernels are used (activations rounded to bf16, as llama.cpp does
 // for BF16 weights; otherwise the weights are converted exactly to f32 and the activations stay f32).
 // Auto: on CPUs with AVX512_BF16 that issue vdpbf16ps at full rate (AMD Zen 4/5). Intel's Sapphire and

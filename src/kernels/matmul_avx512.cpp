@@ -108,6 +108,7 @@ struct TileMajorActivations {
   int32_t* init_hi;  // [tiles][nb][6]: -offset * sum of the last 16 quants (split scales only)
   float* s;          // [tiles][nb][6]
   int64_t nb;
+  size_t bytes;  // of all the arrays above
   // Index of (row r, block b) in the arrays above.
   int64_t at(int64_t r, int64_t b) const {
     return ((r / kInt8TileRows) * nb + b) * kInt8TileRows + r % kInt8TileRows;
@@ -277,11 +278,13 @@ struct TaskSplit {
   int64_t n_groups;  // tasks along the output dimension
 };
 
-TaskSplit split_tasks(int64_t out, int64_t rows, ThreadPool* pool, int tile_rows) {
+// `all_panels`: the panels of every product sharing the call (matmul_shared_input), which decides
+// whether there are enough to keep the threads busy without splitting rows.
+TaskSplit split_tasks(int64_t out, int64_t rows, ThreadPool* pool, int tile_rows, int64_t all_panels = 0) {
   const int threads = pool ? pool->size() : 1;
   TaskSplit s;
   s.n_panels = (out + kPanelRows - 1) / kPanelRows;
-  s.row_chunks = (threads > 1 && s.n_panels < 8 * threads) ? threads : 1;
+  s.row_chunks = (threads > 1 && std::max(all_panels, s.n_panels) < 8 * threads) ? threads : 1;
   const int64_t per_chunk = (rows + s.row_chunks - 1) / s.row_chunks;
   s.chunk_rows = (per_chunk + tile_rows - 1) / tile_rows * tile_rows;
   s.group = 1;
@@ -292,7 +295,7 @@ TaskSplit split_tasks(int64_t out, int64_t rows, ThreadPool* pool, int tile_rows
 // Groups panels when `activation_bytes` outgrow half of L2 (see TaskSplit).
 void group_panels_for_l2(TaskSplit& s, size_t activation_bytes, size_t panel_bytes, ThreadPool* pool) {
   constexpr size_t kL2Budget = size_t{1} << 20;  // half of a 2 MiB L2, for panels or for activations
-  if (activation_bytes <= kL2Budget || s.row_chunks > 1 || getenv("NOGROUP")) return;
+  if (activation_bytes <= kL2Budget || s.row_chunks > 1) return;
   const int threads = pool ? pool->size() : 1;
   // Keep at least 4 tasks per thread so that dynamic hand-out still balances a noisy machine.
   const int64_t by_cache = std::max<int64_t>(1, int64_t(kL2Budget / panel_bytes));
@@ -301,16 +304,17 @@ void group_panels_for_l2(TaskSplit& s, size_t activation_bytes, size_t panel_byt
   s.n_groups = (s.n_panels + s.group - 1) / s.group;
 }
 
+// Quantizes rows x in activations into the tile-major layout, in this thread's activation scratch.
 template <class Dec>
-void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
-               ThreadPool* pool) {
-  const int64_t nb = w.in / kQK;
+TileMajorActivations quantize_tile_major(const float* x, int64_t rows, int64_t ldx, int64_t in, ThreadPool* pool) {
+  const int64_t nb = in / kQK;
   const int64_t padded_rows = (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows;
   const size_t q_bytes = static_cast<size_t>(padded_rows * nb * kQK);
   const size_t meta = static_cast<size_t>(padded_rows * nb);
   auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, q_bytes + meta * 16));
   TileMajorActivations act;
   act.nb = nb;
+  act.bytes = q_bytes + meta * 16;
   act.q = reinterpret_cast<int8_t*>(buf);
   act.d = reinterpret_cast<float*>(buf + q_bytes);
   act.init = reinterpret_cast<int32_t*>(act.d + meta);
@@ -339,49 +343,84 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
       }
     }
   });
+  return act;
+}
 
+// The tiles of one or more products of the same quantized activations (the same type and `in`): each
+// product's panels x row chunks are tasks, numbered product after product, handed out one at a time
+// (on a shared machine a core that loses time to another process takes fewer panels instead of
+// holding up the barrier; a task is a panel group x row chunk, ~0.1-0.5 ms).
+template <class Dec>
+void int8_gemm_tasks(const MatmulTarget* targets, int count, const TileMajorActivations& act, int64_t rows,
+                     ThreadPool* pool) {
+  const int64_t nb = act.nb;
   const size_t panel_bytes = nb * PanelLayout<Dec>::kBlockBytes;
-  TaskSplit split = split_tasks(w.out, rows, pool, kInt8TileRows);
-  group_panels_for_l2(split, q_bytes + meta * 16, panel_bytes, pool);
+  int64_t all_panels = 0;
+  for (int j = 0; j < count; ++j) all_panels += (targets[j].w.out + kPanelRows - 1) / kPanelRows;
+  constexpr int kMaxTargets = 4;
+  if (count > kMaxTargets) throw std::logic_error("int8_gemm_tasks: at most 4 products share an input");
+  TaskSplit split[kMaxTargets];
+  int64_t first_task[kMaxTargets + 1] = {0};
+  int64_t max_group = 1;
+  for (int j = 0; j < count; ++j) {
+    split[j] = split_tasks(targets[j].w.out, rows, pool, kInt8TileRows, all_panels);
+    group_panels_for_l2(split[j], act.bytes, panel_bytes, pool);
+    first_task[j + 1] = first_task[j] + split[j].n_groups * split[j].row_chunks;
+    max_group = std::max(max_group, split[j].group);
+  }
   auto run_tasks = [&](int64_t t0, int64_t t1, int) {
-    auto* panels = static_cast<uint8_t*>(thread_scratch(kSlotPanel, split.group * panel_bytes));
-    int64_t built = -1;  // the panel group in `panels`
+    auto* panels = static_cast<uint8_t*>(thread_scratch(kSlotPanel, max_group * panel_bytes));
+    int built_target = -1;
+    int64_t built = -1;  // the panel group of built_target in `panels`
+    int j = 0;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t grp = t / split.row_chunks, c = t % split.row_chunks;
-      const int64_t p0 = grp * split.group;
-      const int64_t n_in_group = std::min(split.group, split.n_panels - p0);
-      if (grp != built) {
+      while (t >= first_task[j + 1]) ++j;
+      const TaskSplit& sp = split[j];
+      const MatrixView& w = targets[j].w;
+      float* y = targets[j].y;
+      const int64_t ldy = targets[j].ldy;
+      const int64_t local = t - first_task[j];
+      const int64_t grp = local / sp.row_chunks, c = local % sp.row_chunks;
+      const int64_t p0 = grp * sp.group;
+      const int64_t n_in_group = std::min(sp.group, sp.n_panels - p0);
+      if (grp != built || j != built_target) {
         for (int64_t i = 0; i < n_in_group; ++i) {
           const int64_t p = p0 + i;
           uint8_t* panel = panels + i * panel_bytes;
           if (w.packed) {
             panel_from_packed_avx512(w, p, nb, panel);
           } else {
-            const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - p * kPanelRows));
-            repack_int8_panel<Dec>(w, p * kPanelRows, count, nb, panel);
+            const int n_rows = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - p * kPanelRows));
+            repack_int8_panel<Dec>(w, p * kPanelRows, n_rows, nb, panel);
           }
         }
         built = grp;
+        built_target = j;
       }
-      const int64_t r_end = std::min(rows, (c + 1) * split.chunk_rows);
-      for (int64_t r = c * split.chunk_rows; r < r_end; r += kInt8TileRows) {
+      const int64_t r_end = std::min(rows, (c + 1) * sp.chunk_rows);
+      for (int64_t r = c * sp.chunk_rows; r < r_end; r += kInt8TileRows) {
         const int n = static_cast<int>(std::min<int64_t>(kInt8TileRows, r_end - r));
         for (int64_t i = 0; i < n_in_group; ++i) {
           const int64_t o0 = (p0 + i) * kPanelRows;
-          const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
-          int8_tile_any<Dec>(n, panels + i * panel_bytes, nb, act, rows, r, y + r * ldy + o0, ldy, count);
+          const int valid = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
+          int8_tile_any<Dec>(n, panels + i * panel_bytes, nb, act, rows, r, y + r * ldy + o0, ldy, valid);
         }
       }
     }
   };
-  // Tasks handed out one at a time: on a shared machine a core that loses time to another process
-  // takes fewer panels instead of holding up the barrier. (A task is a panel x row chunk, ~0.1 ms.)
-  const int64_t n_tasks = split.n_groups * split.row_chunks;
   if (pool) {
-    pool->parallel_for_dynamic(n_tasks, 1, run_tasks);
+    pool->parallel_for_dynamic(first_task[count], 1, run_tasks);
   } else {
-    run_tasks(0, n_tasks, 0);
+    run_tasks(0, first_task[count], 0);
   }
+}
+
+template <class Dec>
+void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+               ThreadPool* pool) {
+  const TileMajorActivations act = quantize_tile_major<Dec>(x, rows, ldx, w.in, pool);
+  const MatmulTarget target{w, y, ldy};
+  int8_gemm_tasks<Dec>(&target, 1, act, rows, pool);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -856,6 +895,22 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
     default:
       throw std::logic_error(std::string("matmul_avx512: no kernel for ") + ggml_type_name(w.type));
   }
+}
+
+bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                                ThreadPool* pool) {
+  if (count < 1 || count > 4 || rows <= kInt8StreamMaxRows) return false;
+  const GgmlType t = targets[0].w.type;
+  if (!uses_int8_path(t)) return false;
+  for (int j = 0; j < count; ++j) {
+    if (targets[j].w.type != t || targets[j].w.in != targets[0].w.in) return false;
+  }
+  with_int8_decoder(t, [&](auto dec) {
+    using Dec = decltype(dec);
+    const TileMajorActivations act = quantize_tile_major<Dec>(x, rows, ldx, targets[0].w.in, pool);
+    int8_gemm_tasks<Dec>(targets, count, act, rows, pool);
+  });
+  return true;
 }
 
 }  // namespace gem4::matmul_detail

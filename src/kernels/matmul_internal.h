@@ -33,6 +33,11 @@ void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
                  ThreadPool* pool);
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool);
+// matmul_shared_input's fast case: all targets of the same int8-path type and `in`, each either packed
+// (and read packed) or not, rows above the streaming kernels' limit. Returns false (nothing done)
+// where that does not apply.
+bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                                ThreadPool* pool);
 // Int8 kernels on weights packed at load time (matmul_packed_avx512.cpp): the decode GEMV (rows <= 4)
 // on w.packed, and panel p of the int8 GEMM (layout of int8_panel_avx512.h) built from w.packed.
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,

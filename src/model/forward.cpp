@@ -45,20 +45,33 @@ Forward::Forward(const Model& model, ThreadPool* pool)
 }
 
 void Forward::matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy) {
+  const MatmulTarget target{w, y, ldy};
+  matmul_shared(&target, 1, x, rows, ldx);
+}
+
+void Forward::matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx) {
   if (rows <= 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  gem4::matmul(w, x, rows, ldx, y, ldy, pool_);
+  if (count == 1) {
+    gem4::matmul(targets[0].w, x, rows, ldx, targets[0].y, targets[0].ldy, pool_);
+  } else {
+    matmul_shared_input(targets, count, x, rows, ldx, pool_);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double macs = double(w.in) * double(w.out) * rows;
+  double macs = 0;
+  for (int j = 0; j < count; ++j) {
+    const MatrixView& w = targets[j].w;
+    macs += double(w.in) * double(w.out) * rows;
+    // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
+    // GGUF tensor), else the tensor.
+    stats.weight_bytes += reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+  }
   stats.matmul_seconds += secs;
   stats.matmul_macs += macs;
-  if (rows > 4 && ggml_block_elems(w.type) > 1) {
+  if (rows > 4 && ggml_block_elems(targets[0].w.type) > 1) {
     stats.int8_gemm_seconds += secs;
     stats.int8_gemm_macs += macs;
   }
-  // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
-  // GGUF tensor), else the tensor.
-  stats.weight_bytes += reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
 }
 
 void Forward::rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy) {
@@ -253,11 +266,16 @@ void Forward::attention_block(int l, KvCache& kv, bool cut_here, const MicroBatc
   rmsnorm_rows(h_.data(), d, lw.attn_norm.data(), d, a_.data(), d);
 
   // 3. KV-owning layers: k = rope(knorm(W_k a)), v = vnorm(W_v a); append to the cache, all rows.
+  // Where every row goes on to the query (no cut here), q is computed with k and v in one call, so
+  // the three products share one quantization of `a` and one barrier.
+  const bool q_with_kv = L.owns_kv && !cut_here;
   if (L.owns_kv) {
-    matmul(lw.attn_k, a_.data(), n_, d, k_.data(), kvw);
-    if (lw.has_v) {
-      matmul(lw.attn_v, a_.data(), n_, d, v_.data(), kvw);
-    } else {
+    MatmulTarget targets[3] = {{lw.attn_k, k_.data(), kvw}};
+    int count = 1;
+    if (lw.has_v) targets[count++] = {lw.attn_v, v_.data(), kvw};
+    if (q_with_kv) targets[count++] = {lw.attn_q, q_.data(), qw};
+    matmul_shared(targets, count, a_.data(), n_, d);
+    if (!lw.has_v) {
       std::copy(k_.begin(), k_.begin() + size_t(n_) * kvw, v_.begin());  // k_eq_v: V is the raw K projection
     }
     parallel_for(pool_, n_, 4, [&](int64_t b, int64_t e, int) {
@@ -279,7 +297,7 @@ void Forward::attention_block(int l, KvCache& kv, bool cut_here, const MicroBatc
   }
 
   // 2. q = rope(qnorm(W_q a))
-  matmul(lw.attn_q, a_.data(), n_, d, q_.data(), qw);
+  if (!q_with_kv) matmul(lw.attn_q, a_.data(), n_, d, q_.data(), qw);
   parallel_for(pool_, n_, 4, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       float* q = &q_[size_t(i) * qw];
@@ -304,8 +322,8 @@ void Forward::mlp_block(int l) {
   const int d = c_.d_model, ff = c_.layers[l].n_ff;
   // 8-11. h += rmsnorm(W_down(gelu(W_gate m) * W_up m), post_ffw_norm), m = rmsnorm(h, ffn_norm)
   rmsnorm_rows(h_.data(), d, lw.ffn_norm.data(), d, a_.data(), d);
-  matmul(lw.ffn_gate, a_.data(), n_, d, gate_.data(), ff);
-  matmul(lw.ffn_up, a_.data(), n_, d, up_.data(), ff);
+  const MatmulTarget gate_up[2] = {{lw.ffn_gate, gate_.data(), ff}, {lw.ffn_up, up_.data(), ff}};
+  matmul_shared(gate_up, 2, a_.data(), n_, d);
   parallel_for(pool_, int64_t(n_) * ff, 4096, [&](int64_t b, int64_t e, int) {
     if (!switches.exact_gelu) gelu_tanh_f16_mul(gate_.data() + b, up_.data() + b, act_.data() + b, e - b);
     else gelu_tanh_mul(gate_.data() + b, up_.data() + b, act_.data() + b, e - b);

@@ -62,6 +62,8 @@ class Forward {
   void mlp_block(int l);
   void ple_block(int l);
   void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
+  // Products sharing the input x (matmul_shared_input), timed and counted as one.
+  void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
   void rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy);
 
   const Model& model_;
