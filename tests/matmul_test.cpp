@@ -568,14 +568,14 @@ TEST(Matmul, LongRowsQuantizeLikeOneBlockAtATime) {
 // Products sharing an input (q/k/v, gate/up) in one call: bit for bit the separate calls, for every
 // type and ISA, packed or not, with row counts on both sides of the streaming limit, small products
 // (fewer panels than threads x 8, so their rows are split; one of a single panel) and one target of another type or width
-// (which takes the separate-call fallback).
+// (which takes the separate-call fallback). Big enough (> 0.5 M multiply-adds) for the fast path at 1 row.
 TEST(Matmul, SharedInputMatchesSeparateCalls) {
   const auto isas = available_isas();
   ThreadPool pool(2);
   for (GgmlType t : kAllTypes) {
     const int64_t be = ggml_block_elems(t);
     const int64_t in = be == 1 ? 96 : (be == 256 ? 512 : 17 * 32);
-    const Weights wk = make_weights(t, 20, in, 3), wv = make_weights(t, 33, in, 4), wq = make_weights(t, 300, in, 6);
+    const Weights wk = make_weights(t, 20, in, 3), wv = make_weights(t, 33, in, 4), wq = make_weights(t, 1100, in, 6);
     const Weights other = make_weights(GgmlType::F32, 20, in, 7);
     for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{37}}) {
       const int64_t ldx = in + 3;

@@ -899,11 +899,18 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
 
 bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                                 ThreadPool* pool) {
-  if (count < 1 || count > 4 || rows <= kInt8StreamMaxRows) return false;
+  if (count < 1 || count > 4) return false;
   const GgmlType t = targets[0].w.type;
   if (!uses_int8_path(t)) return false;
+  bool all_packed = true;
   for (int j = 0; j < count; ++j) {
     if (targets[j].w.type != t || targets[j].w.in != targets[0].w.in) return false;
+    all_packed = all_packed && targets[j].w.packed;
+  }
+  if (rows <= kInt8StreamMaxRows) {
+    if (!all_packed || !packable_type(t)) return false;
+    packed_gemv_shared_avx512(targets, count, x, rows, ldx, pool);
+    return true;
   }
   with_int8_decoder(t, [&](auto dec) {
     using Dec = decltype(dec);

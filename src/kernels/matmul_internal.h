@@ -33,9 +33,9 @@ void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
                  ThreadPool* pool);
 void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool);
-// matmul_shared_input's fast case: all targets of the same int8-path type and `in`, each either packed
-// (and read packed) or not, rows above the streaming kernels' limit. Returns false (nothing done)
-// where that does not apply.
+// matmul_shared_input's fast cases: all targets of the same int8-path type and `in`; for more rows
+// than the streaming kernels take, each either packed (and read packed) or not; for fewer, all packed.
+// Returns false (nothing done) where that does not apply.
 bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                                 ThreadPool* pool);
 // Int8 kernels on weights packed at load time (matmul_packed_avx512.cpp): the decode GEMV (rows <= 4)
@@ -43,6 +43,9 @@ bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const fl
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool);
 void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel);
+// The decode GEMV of 1..4 products sharing x (same packed type and `in`, all with w.packed).
+void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                               ThreadPool* pool);
 // BF16 weights with vdpbf16ps (matmul_avx512 calls it when the CPU has AVX512_BF16).
 void matmul_bf16_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool);

@@ -372,12 +372,13 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
 
 
 
-// The decode kernels' common driver: quantize the activation rows once, then hand out panels.
+// The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
+// one or more products of them (matmul_shared_input: q/k/v, gate/up), numbered product after product.
 // Kernel: kOffset, kSplitScales and panel<R>(panel, nb, act, y, ldy, valid) for R = 1..4 rows.
 template <class Kernel>
-void packed_gemv_run(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                      ThreadPool* pool) {
-  const int64_t nb = w.in / kQK;
+  const int64_t nb = targets[0].w.in / kQK;
   const size_t meta = size_t(rows * nb);
   auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 16)));
   PackedActivations act;
@@ -396,25 +397,35 @@ void packed_gemv_run(const MatrixView& w, const float* x, int64_t rows, int64_t 
       act.s[m] = qb.s;
     }
   }
-  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
-  const size_t panel_bytes = size_t(nb) * packed_block_bytes(w.type);
-  parallel_for_dynamic(pool, panels, 8, [&](int64_t p0, int64_t p1, int) {
+  constexpr int kMaxTargets = 4;
+  int64_t first_panel[kMaxTargets + 1] = {0};
+  for (int j = 0; j < count; ++j) {
+    first_panel[j + 1] = first_panel[j] + (targets[j].w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  }
+  const size_t panel_bytes = size_t(nb) * packed_block_bytes(targets[0].w.type);
+  parallel_for_dynamic(pool, first_panel[count], 8, [&](int64_t p0, int64_t p1, int) {
+    int j = 0;
     for (int64_t p = p0; p < p1; ++p) {
-      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
-      const int64_t o0 = p * kPackedPanelRows;
+      while (p >= first_panel[j + 1]) ++j;
+      const MatrixView& w = targets[j].w;
+      const int64_t local = p - first_panel[j];
+      const uint8_t* panel = w.packed + size_t(local) * panel_bytes;
+      const int64_t o0 = local * kPackedPanelRows;
       const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      float* y = targets[j].y + o0;
+      const int64_t ldy = targets[j].ldy;
       switch (rows) {
         case 1:
-          Kernel::template panel<1>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<1>(panel, nb, act, y, ldy, valid);
           break;
         case 2:
-          Kernel::template panel<2>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<2>(panel, nb, act, y, ldy, valid);
           break;
         case 3:
-          Kernel::template panel<3>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<3>(panel, nb, act, y, ldy, valid);
           break;
         default:
-          Kernel::template panel<4>(panel, nb, act, y + o0, ldy, valid);
+          Kernel::template panel<4>(panel, nb, act, y, ldy, valid);
           break;
       }
     }
@@ -459,22 +470,29 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
   }
 }
 
+void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                               ThreadPool* pool) {
+  switch (targets[0].w.type) {
+    case GgmlType::Q8_0:
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q4_0:
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q4_K:
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q5_K:
+      return packed_gemv_run<PlanesGemv<PlanesQ5_K>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q6_K:
+      return packed_gemv_run<PlanesGemv<PlanesQ6_K>>(targets, count, x, rows, ldx, pool);
+    default:
+      throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") +
+                             ggml_type_name(targets[0].w.type));
+  }
+}
+
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool) {
-  switch (w.type) {
-    case GgmlType::Q8_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0>>(w, x, rows, ldx, y, ldy, pool);
-    case GgmlType::Q4_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0>>(w, x, rows, ldx, y, ldy, pool);
-    case GgmlType::Q4_K:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K>>(w, x, rows, ldx, y, ldy, pool);
-    case GgmlType::Q5_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ5_K>>(w, x, rows, ldx, y, ldy, pool);
-    case GgmlType::Q6_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ6_K>>(w, x, rows, ldx, y, ldy, pool);
-    default:
-      throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") + ggml_type_name(w.type));
-  }
+  const MatmulTarget target{w, y, ldy};
+  packed_gemv_shared_avx512(&target, 1, x, rows, ldx, pool);
 }
 
 }  // namespace gem4::matmul_detail
