@@ -196,8 +196,9 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
     }
     // MLP
     for (int i = 0; i < n; ++i) rmsnorm(&z_[size_t(i) * d], lw.ffn_norm.data(), d, eps, &a_[size_t(i) * d]);
-    matmul(lw.ffn_gate, a_.data(), n, d, gate_.data(), ff);
-    matmul(lw.ffn_up, a_.data(), n, d, up_.data(), ff);
+    const MatmulTarget gate_up[2] = {{lw.ffn_gate, gate_.data(), ff}, {lw.ffn_up, up_.data(), ff}};
+    if (n > 0) matmul_shared_input(gate_up, 2, a_.data(), n, d, pool_);
+    matmul_macs += 2.0 * double(lw.ffn_gate.in) * double(ff) * n;
     if (exact_gelu) {
       gelu_tanh_mul(gate_.data(), up_.data(), act_.data(), int64_t(n) * ff);
     } else {
