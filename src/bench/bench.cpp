@@ -283,6 +283,11 @@ int cmd_bench(int argc, char** argv, int first) {
         const bool warm = rep < 0;
         const int n_prompt = warm ? std::min(test.n_prompt, 32) : test.n_prompt;
         const int n_gen = warm ? std::min(test.n_gen, 1) : test.n_gen;
+        // --roofline: the peaks again before each repetition; the fractions divide by the highest seen.
+        if (a.on("--roofline") && !warm) {
+          if (n_prompt > 0) peaks.int8_gmacs = std::max(peaks.int8_gmacs, measure_int8_peak_quick(&pool));
+          if (n_gen > 0) peaks.read_gbs = std::max(peaks.read_gbs, measure_read_bandwidth_quick(&pool));
+        }
         fwd.stats.reset();
         const auto t0 = Clock::now();
         int pos = test.n_depth;
@@ -377,15 +382,9 @@ int cmd_bench(int argc, char** argv, int first) {
   }
 
   if (a.on("--roofline")) {
-    // The machine's speed drifts on a shared host: measure the peaks again after the tests and keep
-    // the higher of the two, so that a slow moment at the start cannot flatter the fractions.
-    const MachinePeaks after = measure_peaks(&pool);
-    std::fprintf(stderr, "bench: peaks after the tests: int8 %.0f GMAC/s, bf16 %.0f GMAC/s, fp32 %.0f GMAC/s, read %.1f GB/s\n",
-                 after.int8_gmacs, after.bf16_gmacs, after.fp32_gflops, after.read_gbs);
-    peaks.int8_gmacs = std::max(peaks.int8_gmacs, after.int8_gmacs);
-    peaks.bf16_gmacs = std::max(peaks.bf16_gmacs, after.bf16_gmacs);
-    peaks.fp32_gflops = std::max(peaks.fp32_gflops, after.fp32_gflops);
-    peaks.read_gbs = std::max(peaks.read_gbs, after.read_gbs);
+    // Against the highest peak measured during the run (at the start and before each repetition): the
+    // machine's speed drifts on a shared host, and a slow moment during one peak measurement must not
+    // flatter the fractions.
     for (auto& r : results) {
       auto gemm = r.extra.find("prompt_gemm_gmacs");
       if (gemm != r.extra.end() && peaks.int8_gmacs > 0) {
@@ -414,7 +413,8 @@ int cmd_bench(int argc, char** argv, int first) {
       std::printf("plan: %s %s: %.3f GFLOP per token\n", r.test.c_str(),
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
     if (a.on("--roofline")) {
-      std::printf("\nroofline (peaks, the higher of before and after the tests: int8 %.0f GMAC/s, read %.1f GB/s):\n",
+      std::printf("\nroofline (peaks: the highest measured during the run, at the start and right before each\n"
+                  "repetition: int8 %.0f GMAC/s, read %.1f GB/s):\n",
                   peaks.int8_gmacs, peaks.read_gbs);
       std::printf(
           "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all prompt matmuls "
@@ -425,11 +425,12 @@ int cmd_bench(int argc, char** argv, int first) {
         std::string variant;
         for (const auto& [k, v] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + v;
         auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
+        auto pct = [&](const char* k) { return cell(get(k) < 0 ? -1.0 : get(k) * 100, "%.1f %%"); };
         std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(),
-                    cell(get("prompt_gemm_gmacs"), "%.1f").c_str(), cell(get("prompt_gemm_int8_peak_frac") * 100, "%.1f %%").c_str(),
-                    cell(get("prompt_gemm_mac_share") * 100, "%.1f %%").c_str(), cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
-                    cell(get("decode_weight_gbs"), "%.2f").c_str(), cell(get("decode_bandwidth_frac") * 100, "%.1f %%").c_str(),
-                    cell(get("decode_matmul_time_share") * 100, "%.1f %%").c_str(), cell(get("decode_matmul_gbs"), "%.2f").c_str());
+                    cell(get("prompt_gemm_gmacs"), "%.1f").c_str(), pct("prompt_gemm_int8_peak_frac").c_str(),
+                    pct("prompt_gemm_mac_share").c_str(), cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
+                    cell(get("decode_weight_gbs"), "%.2f").c_str(), pct("decode_bandwidth_frac").c_str(),
+                    pct("decode_matmul_time_share").c_str(), cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
       std::printf("(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the prompt's\n"
                   " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and head;\n"

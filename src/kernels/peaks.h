@@ -16,4 +16,10 @@ struct MachinePeaks {
 // Takes about a second. Peaks for instructions the CPU lacks are 0.
 MachinePeaks measure_peaks(ThreadPool* pool);
 
+// The two peaks the roofline divides by, measured quickly (~0.1 s each, fewer repetitions than
+// measure_peaks) so that a benchmark can measure them again between its repetitions and divide by the
+// highest seen: on a shared machine whose speed drifts, one measurement may fall in a slow moment.
+double measure_int8_peak_quick(ThreadPool* pool);      // G MAC/s, 0 without AVX-512 VNNI
+double measure_read_bandwidth_quick(ThreadPool* pool);  // GB/s, 0 without AVX-512
+
 }  // namespace gem4

@@ -75,12 +75,12 @@ double fp32_loop(int64_t iters) {
 
 // Runs `loop` on every thread for a fixed number of iterations; returns ops/s summed over threads.
 template <typename Loop>
-double measure(ThreadPool* pool, Loop loop, int64_t iters) {
+double measure(ThreadPool* pool, Loop loop, int64_t iters, int reps = 20) {
   const int n = pool ? pool->size() : 1;
   double best = 0;
   // Best of many short runs (~10 ms each): on a shared machine a neighbour's burst lowers some of
   // them, and a peak must not be underestimated (that would flatter every fraction of it).
-  for (int rep = 0; rep < 20; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     std::vector<double> ops(n, 0);
     const auto t0 = Clock::now();
     if (pool) pool->run_on_all([&](int t) { ops[t] = loop(iters); });
@@ -93,12 +93,11 @@ double measure(ThreadPool* pool, Loop loop, int64_t iters) {
   return best;
 }
 
-double read_bandwidth(ThreadPool* pool) {
-  const size_t bytes = size_t(512) << 20;  // 512 MiB: far beyond the caches
-  std::vector<uint8_t> buf(bytes, 1);
+double read_bandwidth(ThreadPool* pool, std::vector<uint8_t>& buf, int passes) {
+  const size_t bytes = buf.size();
   const int n = pool ? pool->size() : 1;
   double best = 0;
-  for (int rep = 0; rep < 8; ++rep) {  // best of 8 passes over 512 MiB, for the same reason
+  for (int rep = 0; rep < passes; ++rep) {  // best of several passes, for the same reason
     std::vector<float> sums(n, 0);
     const auto t0 = Clock::now();
     auto body = [&](int t) {
@@ -133,8 +132,17 @@ MachinePeaks measure_peaks_avx512(ThreadPool* pool) {
   if (f.avx512vnni) p.int8_gmacs = measure(pool, int8_loop, iters) / 1e9;
   if (f.avx512bf16) p.bf16_gmacs = measure(pool, bf16_loop, iters) / 1e9;
   p.fp32_gflops = measure(pool, fp32_loop, iters) / 1e9;
-  p.read_gbs = read_bandwidth(pool) / 1e9;
+  std::vector<uint8_t> buf(size_t(512) << 20, 1);  // 512 MiB: far beyond the caches
+  p.read_gbs = read_bandwidth(pool, buf, 8) / 1e9;
   return p;
+}
+
+double measure_int8_peak_quick_avx512(ThreadPool* pool) { return measure(pool, int8_loop, 4'000'000, 8) / 1e9; }
+
+double measure_read_bandwidth_quick_avx512(ThreadPool* pool) {
+  // 256 MiB kept between calls (allocating and faulting it in would cost more than the measurement).
+  static std::vector<uint8_t> buf(size_t(256) << 20, 1);
+  return read_bandwidth(pool, buf, 3) / 1e9;
 }
 
 }  // namespace gem4
