@@ -206,4 +206,33 @@ TEST(CliText, TemplateMatchesGoldensWithVocabOnlyFile) {
   EXPECT_EQ(json::parse(plain.out), json({{"rendered", json::parse(goldens[0])["rendered"]}}));
 }
 
+
+// `gem4 bench --roofline` on the tiny in-memory model: the roofline table has a row per test, and where
+// the CPU has AVX-512 (peaks measured) the prompt row's int8 fraction and the decode row's bandwidth
+// fraction are positive percentages of the highest peak seen during the run.
+TEST(CliBench, RooflineReportsFractionsOfThePeaks) {
+  const CommandResult r = gem4("bench --preset tiny -p 16 -n 4 -r 2 --prune 1 --roofline");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("roofline (peaks: the highest measured during the run"), std::string::npos) << r.out;
+  auto cells_of = [&](const std::string& test) {
+    for (const std::string& line : lines_of(r.out)) {
+      if (line.rfind("| " + test + " | prune=", 0) != 0) continue;
+      std::vector<std::string> cells;
+      std::istringstream in(line.substr(1));
+      for (std::string c; std::getline(in, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
+      return cells;
+    }
+    return std::vector<std::string>{};
+  };
+  const auto pp = cells_of("pp16"), tg = cells_of("tg4");
+  ASSERT_EQ(pp.size(), 10u) << r.out;
+  ASSERT_EQ(tg.size(), 10u) << r.out;
+  if (r.err.find("ISA avx512") == std::string::npos) return;  // no peak loops: the fractions read "-"
+  EXPECT_GT(std::stod(pp[3]), 0.0) << pp[3];  // of int8 peak, "12.3 %"
+  EXPECT_EQ(pp[3].back(), '%');
+  EXPECT_GT(std::stod(tg[7]), 0.0) << tg[7];  // of read bandwidth
+  EXPECT_EQ(tg[7].back(), '%');
+  EXPECT_EQ(pp[7], "-");  // a prompt test has no decode columns
+}
+
 }  // namespace
