@@ -751,8 +751,15 @@ TEST(ThreadPool, SchedulesCoverEveryIndexOnce) {
           ASSERT_TRUE(0 <= b && b < e && e <= n && 0 <= t && t < threads);
           for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
         });
+        pool.parallel_for_guided(n, chunk, [&](int64_t b, int64_t e, int t) {
+          ASSERT_TRUE(0 <= b && b < e && e <= n && 0 <= t && t < threads);
+          // At least min_chunk (the last chunk may be shorter), at most half of what was left / threads.
+          ASSERT_TRUE(e - b >= chunk || e == n) << b << " " << e;
+          ASSERT_TRUE(e - b <= std::max<int64_t>(chunk, (n - b) / (2 * threads)) || (b == 0 && e == n)) << b << " " << e;
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        });
         for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 2) << "threads=" << threads << " n=" << n << " i=" << i;
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 3) << "threads=" << threads << " n=" << n << " i=" << i;
       }
     }
   }

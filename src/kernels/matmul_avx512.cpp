@@ -846,7 +846,7 @@ void f32_stream_group(const MatrixView& w, int64_t o0, int count, const float* x
 template <class L>
 void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                 ThreadPool* pool) {
-  parallel_for(pool, (w.out + 15) / 16, 1, [&](int64_t g0, int64_t g1, int) {
+  parallel_for_guided(pool, (w.out + 15) / 16, 2, [&](int64_t g0, int64_t g1, int) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = 16 * g;
       const int count = static_cast<int>(std::min<int64_t>(16, w.out - o0));

@@ -105,6 +105,39 @@ void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk,
   });
 }
 
+void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
+                                     const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  if (n_threads_ == 1 || n <= min_chunk) {
+    fn(0, n, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  const int64_t parts = 2 * int64_t(n_threads_);
+  run_on_all([&](int t) {
+    int64_t begin = next.load(std::memory_order_relaxed);
+    for (;;) {
+      if (begin >= n) return;
+      const int64_t end = std::min(n, begin + std::max(min_chunk, (n - begin) / parts));
+      // On failure `begin` is reloaded with the current position and the chunk recomputed from it.
+      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+        fn(begin, end, t);
+        begin = next.load(std::memory_order_relaxed);
+      }
+    }
+  });
+}
+
+void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,
+                         const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (!pool) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  pool->parallel_for_guided(n, min_chunk, fn);
+}
+
 void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
                           const std::function<void(int64_t, int64_t, int)>& fn) {
   if (!pool) {
