@@ -613,7 +613,7 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
       static_cast<PairActivations*>(thread_scratch(kSlotActivations, sizeof(PairActivations) * rows * np));
   quantize_pairs(x, rows, ldx, nb, Dec::kOffset, act);
   const int64_t groups = (w.out + kStreamRows - 1) / kStreamRows;
-  parallel_for(pool, groups, 1, [&](int64_t g0, int64_t g1, int) {
+  parallel_for_guided(pool, groups, 2, [&](int64_t g0, int64_t g1, int) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = g * kStreamRows;
       const int count = static_cast<int>(std::min<int64_t>(kStreamRows, w.out - o0));

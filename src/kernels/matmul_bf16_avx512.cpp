@@ -196,7 +196,7 @@ void bf16_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
   const int64_t np = pairs_of(w.in);
   auto* xpairs = static_cast<uint32_t*>(thread_scratch(kSlotActivations, sizeof(uint32_t) * (rows * np + 16)));
   for (int64_t r = 0; r < rows; ++r) row_to_bf16_pairs(x + r * ldx, w.in, xpairs + r * np);
-  parallel_for(pool, (w.out + 15) / 16, 1, [&](int64_t g0, int64_t g1, int) {
+  parallel_for_guided(pool, (w.out + 15) / 16, 2, [&](int64_t g0, int64_t g1, int) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = 16 * g;
       const int count = static_cast<int>(std::min<int64_t>(16, w.out - o0));
