@@ -678,6 +678,17 @@ TEST(Matmul, ArgumentErrors) {
   std::vector<float> x256(256);
   EXPECT_THROW(matmul(unsupported, x256.data(), 1, 256, y.data(), 4, nullptr), UnsupportedType);
   EXPECT_THROW(matmul_reference(unsupported, x256.data(), 1, 256, y.data(), 4), UnsupportedType);
+  // Shared input: every target is checked, and at most 4 of them.
+  const MatmulTarget good{v, y.data(), 4}, bad_ldy{v, y.data(), 3};
+  const MatmulTarget five[5] = {good, good, good, good, good};
+  EXPECT_THROW(matmul_shared_input(five, 5, x.data(), 2, 64, nullptr), std::invalid_argument);
+  const MatmulTarget one_bad[2] = {good, bad_ldy};
+  try {
+    matmul_shared_input(one_bad, 2, x.data(), 2, 64, nullptr);
+    ADD_FAILURE() << "no exception for ldy < out";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul_shared_input"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MatrixView, RowsAndGetRow) {
