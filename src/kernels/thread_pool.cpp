@@ -87,26 +87,10 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   });
 }
 
-void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk,
-                                      const std::function<void(int64_t, int64_t, int)>& fn) {
-  if (n <= 0) return;
-  chunk = std::max<int64_t>(1, chunk);
-  if (n_threads_ == 1 || n <= chunk) {
-    fn(0, n, 0);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  run_on_all([&](int t) {
-    for (;;) {
-      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
-      if (begin >= n) return;
-      fn(begin, std::min(n, begin + chunk), t);
-    }
-  });
-}
-
-void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
-                                     const std::function<void(int64_t, int64_t, int)>& fn) {
+// [0, n) handed out first come, first served, in chunks of max(min_chunk, what is left / parts), or of
+// min_chunk when parts is 0; one call covers everything with one thread or when n <= min_chunk.
+void ThreadPool::hand_out(int64_t n, int64_t min_chunk, int64_t parts,
+                          const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   if (n_threads_ == 1 || n <= min_chunk) {
@@ -114,12 +98,11 @@ void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
     return;
   }
   std::atomic<int64_t> next{0};
-  const int64_t parts = 2 * int64_t(n_threads_);
   run_on_all([&](int t) {
     int64_t begin = next.load(std::memory_order_relaxed);
-    for (;;) {
-      if (begin >= n) return;
-      const int64_t end = std::min(n, begin + std::max(min_chunk, (n - begin) / parts));
+    while (begin < n) {
+      const int64_t size = parts > 0 ? std::max(min_chunk, (n - begin) / parts) : min_chunk;
+      const int64_t end = std::min(n, begin + size);
       // On failure `begin` is reloaded with the current position and the chunk recomputed from it.
       if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
         fn(begin, end, t);
@@ -127,6 +110,16 @@ void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
       }
     }
   });
+}
+
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk,
+                                      const std::function<void(int64_t, int64_t, int)>& fn) {
+  hand_out(n, chunk, 0, fn);
+}
+
+void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
+                                     const std::function<void(int64_t, int64_t, int)>& fn) {
+  hand_out(n, min_chunk, 2 * int64_t(n_threads_), fn);
 }
 
 void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,

@@ -38,6 +38,7 @@ class ThreadPool {
 
  private:
   void worker(int index);
+  void hand_out(int64_t n, int64_t min_chunk, int64_t parts, const std::function<void(int64_t, int64_t, int)>& fn);
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
