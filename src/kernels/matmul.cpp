@@ -139,20 +139,21 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
 
 void matmul_shared_input(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                          ThreadPool* pool) {
-  if (count < 0 || count > 4) {
-    throw std::invalid_argument("matmul_shared_input: " + std::to_string(count) + " targets (at most 4)");
+  if (count < 0 || count > kMaxSharedTargets) {
+    throw std::invalid_argument("matmul_shared_input: " + std::to_string(count) + " targets (at most " +
+                                std::to_string(kMaxSharedTargets) + ")");
   }
   double macs = 0;
-  MatmulTarget buf[4];
+  bool any_empty = rows == 0;
+  MatmulTarget buf[kMaxSharedTargets];
   std::copy(targets, targets + count, buf);
   const std::span<MatmulTarget> plain(buf, size_t(count));
   for (MatmulTarget& t : plain) {
     check_args("matmul_shared_input", t.w, x, rows, ldx, t.y, t.ldy);
     if (t.w.packed && !reads_packed(t.w)) t.w.packed = nullptr;  // packed reading switched off
     macs += double(t.w.in) * double(t.w.out) * double(rows);
+    any_empty = any_empty || t.w.out == 0;
   }
-  bool any_empty = rows == 0;
-  for (const MatmulTarget& t : plain) any_empty = any_empty || t.w.out == 0;
   if (!any_empty && macs >= double(1 << 19) && active_isa() == Isa::Avx512 &&
       matmul_detail::matmul_shared_input_avx512(plain.data(), count, x, rows, ldx, pool)) {
     return;

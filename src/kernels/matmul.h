@@ -40,7 +40,9 @@ struct MatmulTarget {
   int64_t ldy = 0;
 };
 
-// y_j = x W_j^T for each of `count` (<= 4) targets sharing x: the q/k/v projections of a layer, or
+constexpr int kMaxSharedTargets = 4;
+
+// y_j = x W_j^T for each of `count` (<= kMaxSharedTargets) targets sharing x: the q/k/v projections of a layer, or
 // gate and up. Bit for bit what separate matmul() calls give. Where the int8 GEMM runs (same quantized
 // type and `in` for all, more than a few rows) the input is quantized once and the threads share out
 // the tiles of all the products at one barrier, so small products (k and v: 256 outputs) no longer

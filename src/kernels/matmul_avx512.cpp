@@ -357,10 +357,8 @@ void int8_gemm_tasks(const MatmulTarget* targets, int count, const TileMajorActi
   const size_t panel_bytes = nb * PanelLayout<Dec>::kBlockBytes;
   int64_t all_panels = 0;
   for (int j = 0; j < count; ++j) all_panels += (targets[j].w.out + kPanelRows - 1) / kPanelRows;
-  constexpr int kMaxTargets = 4;
-  if (count > kMaxTargets) throw std::logic_error("int8_gemm_tasks: at most 4 products share an input");
-  TaskSplit split[kMaxTargets];
-  int64_t first_task[kMaxTargets + 1] = {0};
+  TaskSplit split[kMaxSharedTargets];
+  int64_t first_task[kMaxSharedTargets + 1] = {0};
   int64_t max_group = 1;
   for (int j = 0; j < count; ++j) {
     split[j] = split_tasks(targets[j].w.out, rows, pool, kInt8TileRows, all_panels);
@@ -899,7 +897,7 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
 
 bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                                 ThreadPool* pool) {
-  if (count < 1 || count > 4) return false;
+  if (count < 1 || count > kMaxSharedTargets) return false;
   const GgmlType t = targets[0].w.type;
   if (!uses_int8_path(t)) return false;
   bool all_packed = true;

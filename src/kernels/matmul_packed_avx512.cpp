@@ -397,8 +397,7 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
       act.s[m] = qb.s;
     }
   }
-  constexpr int kMaxTargets = 4;
-  int64_t first_panel[kMaxTargets + 1] = {0};
+  int64_t first_panel[kMaxSharedTargets + 1] = {0};
   for (int j = 0; j < count; ++j) {
     first_panel[j + 1] = first_panel[j] + (targets[j].w.out + kPackedPanelRows - 1) / kPackedPanelRows;
   }
