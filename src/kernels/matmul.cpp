@@ -54,24 +54,27 @@ namespace {
 
 void check_args(const char* fn, const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
                 const float* y, int64_t ldy) {
-  const std::string where = std::string(fn) + " (" + ggml_type_name(w.type) + " " + std::to_string(w.out) +
-                            " x " + std::to_string(w.in) + ", " + std::to_string(rows) + " rows): ";
+  // Built only for an error message: this runs on every product (hundreds per decoded token).
+  auto where = [&] {
+    return std::string(fn) + " (" + ggml_type_name(w.type) + " " + std::to_string(w.out) + " x " +
+           std::to_string(w.in) + ", " + std::to_string(rows) + " rows): ";
+  };
   if (!is_supported_weight_type(w.type)) {
-    throw UnsupportedType(where + "weight type " + ggml_type_name(w.type) + " is not supported");
+    throw UnsupportedType(where() + "weight type " + ggml_type_name(w.type) + " is not supported");
   }
   const int64_t be = ggml_block_elems(w.type);
   if (w.in <= 0 || w.in % be != 0) {
-    throw std::invalid_argument(where + "in must be a positive multiple of the block size " +
+    throw std::invalid_argument(where() + "in must be a positive multiple of the block size " +
                                 std::to_string(be));
   }
-  if (w.out < 0 || rows < 0) throw std::invalid_argument(where + "negative dimension");
+  if (w.out < 0 || rows < 0) throw std::invalid_argument(where() + "negative dimension");
   if (w.row_bytes < ggml_row_bytes(w.type, w.in)) {
-    throw std::invalid_argument(where + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row (" +
+    throw std::invalid_argument(where() + "row_bytes " + std::to_string(w.row_bytes) + " is less than a row (" +
                                 std::to_string(ggml_row_bytes(w.type, w.in)) + " bytes)");
   }
-  if (ldx < w.in) throw std::invalid_argument(where + "ldx " + std::to_string(ldx) + " < in");
-  if (ldy < w.out) throw std::invalid_argument(where + "ldy " + std::to_string(ldy) + " < out");
-  if (rows > 0 && w.out > 0 && (!w.data || !x || !y)) throw std::invalid_argument(where + "null pointer");
+  if (ldx < w.in) throw std::invalid_argument(where() + "ldx " + std::to_string(ldx) + " < in");
+  if (ldy < w.out) throw std::invalid_argument(where() + "ldy " + std::to_string(ldy) + " < out");
+  if (rows > 0 && w.out > 0 && (!w.data || !x || !y)) throw std::invalid_argument(where() + "null pointer");
 }
 
 const uint8_t* row_ptr(const MatrixView& w, int64_t o) {
