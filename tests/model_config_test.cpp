@@ -2,6 +2,9 @@
 // from the generator's metadata, and the trained tiny model's plan from its README.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <utility>
+
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "model/config.h"
@@ -52,6 +55,28 @@ TEST(ModelConfig, E4BLayerPlanAndParameterCount) {
   for (int l = 24; l < 42; ++l) EXPECT_EQ(c.layers[l].kv_source, c.layers[l].sliding ? 22 : 23) << l;
   EXPECT_NEAR(double(layout.n_params()) / 1e9, 7.518, 0.005);
   EXPECT_EQ(layout.tensors.size(), 720u);
+}
+
+// general.file_type is llama.cpp's file-type id, not the tensor type id (Q8_0: 7, not 8): the generated
+// files say what the reference files written by llama.cpp's tools say for the same weight type.
+TEST(ModelConfig, GeneratedFileTypeMatchesLlamaCppFiles) {
+  for (const auto& [type, reference] : {std::pair{GgmlType::F32, "llamacpp-ref/gemma4-tiny-f32.gguf"},
+                                        std::pair{GgmlType::Q8_0, "llamacpp-ref/gemma4-tiny-q8_0.gguf"},
+                                        std::pair{GgmlType::Q8_0, "tiny-gemma4/tiny-gemma4-q8_0.gguf"}}) {
+    GeneratorSpec spec;
+    spec.type = type;
+    const auto layout = describe_generated_model(spec);
+    const auto ref = gguf::GgufFile::open(test::testdata(reference));
+    EXPECT_EQ(layout.metadata->get_int("general.file_type"), ref->get_int("general.file_type")) << reference;
+  }
+  // Every type the generator writes has a file type, and no two share one.
+  std::set<uint32_t> seen;
+  for (const char* name : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}) {
+    const auto file_type = llama_file_type_of(*ggml_type_from_name(name));
+    ASSERT_TRUE(file_type.has_value()) << name;
+    EXPECT_TRUE(seen.insert(*file_type).second) << name;
+  }
+  EXPECT_EQ(llama_file_type_of(GgmlType::Q5_0), 8u);  // the id a Q8_0 file used to claim
 }
 
 TEST(ModelConfig, TrainedTinyModelPlan) {

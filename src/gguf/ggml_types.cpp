@@ -106,6 +106,25 @@ size_t ggml_row_bytes(GgmlType t, int64_t n) {
   return static_cast<size_t>(n / info.block_elems) * info.block_bytes;
 }
 
+std::optional<uint32_t> llama_file_type_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q2_K: return 10;
+    case GgmlType::Q3_K: return 11;  // Q3_K_S
+    case GgmlType::Q4_K: return 14;  // Q4_K_S
+    case GgmlType::Q5_K: return 16;  // Q5_K_S
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::BF16: return 32;
+    default: return std::nullopt;
+  }
+}
+
 int64_t ggml_block_elems(GgmlType t) { return info_or_throw(t).block_elems; }
 
 }  // namespace gem4

@@ -33,6 +33,11 @@ std::optional<GgmlType> ggml_type_from_name(const std::string& name);
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t ggml_row_bytes(GgmlType t, int64_t n);
+
+// The `general.file_type` id (llama.cpp's llama_ftype, "mostly T") of a file whose matrices are of type
+// t: not the tensor type id (Q8_0 is tensor type 8 but file type 7; file type 8 means Q5_0). K-quants
+// map to their "_S" variants, the closest to a file of one K-quant. nullopt for types with no file type.
+std::optional<uint32_t> llama_file_type_of(GgmlType t);
 int64_t ggml_block_elems(GgmlType t);
 
 }  // namespace gem4

@@ -199,7 +199,7 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   w.set_u32(a + "rope.dimension_count", s.hd_full);
   w.set_u32(a + "rope.dimension_count_swa", s.hd_swa);
   w.set_f32(a + "final_logit_softcapping", 30.0f);
-  w.set_u32("general.file_type", uint32_t(spec.type));
+  if (const auto file_type = llama_file_type_of(spec.type)) w.set_u32("general.file_type", *file_type);
 
   auto wtype = [&](int64_t cols) {
     return cols % ggml_block_elems(spec.type) == 0 ? spec.type : GgmlType::F32;  // fall back like llama-quantize
