@@ -2,7 +2,9 @@
 // from the generator's metadata, and the trained tiny model's plan from its README.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "gguf/gguf.h"
@@ -75,7 +77,16 @@ TEST(ModelConfig, GeneratedFileTypeMatchesLlamaCppFiles) {
     const auto file_type = llama_file_type_of(*ggml_type_from_name(name));
     ASSERT_TRUE(file_type.has_value()) << name;
     EXPECT_TRUE(seen.insert(*file_type).second) << name;
+    // Named as llama.cpp names it: the type, upper case, with K-quants' "_S" (the one-type variant).
+    std::string upper = name;
+    for (char& ch : upper) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    if (upper.back() == 'K') upper += "_S";
+    if (upper == "Q6_K_S") upper = "Q6_K";  // Q6_K has one variant
+    ASSERT_NE(llama_file_type_name(*file_type), nullptr) << name;
+    EXPECT_EQ(std::string(llama_file_type_name(*file_type)), upper);
   }
+  EXPECT_EQ(std::string(llama_file_type_name(15)), "Q4_K_M");
+  EXPECT_EQ(llama_file_type_name(4), nullptr);  // retired by ggml
   EXPECT_EQ(llama_file_type_of(GgmlType::Q5_0), 8u);  // the id a Q8_0 file used to claim
 }
 

@@ -3,6 +3,7 @@
 // model, so the speedup ratios it prints compare like with like.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -64,7 +65,16 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint64_t seed) {
   return t;
 }
 
+// "gemma4 E2B Q4_0": the file type the file states (llama.cpp names it so too: a Q4_0 file keeps its
+// embedding tables in Q6_K), else the type of most matrix parameters.
 std::string describe_type(const Model& m) {
+  std::string size = m.config.n_layer == 35 && m.config.d_model == 1536 ? "E2B"
+                     : m.config.n_layer == 42 && m.config.d_model == 2560 ? "E4B"
+                                                                           : std::to_string(m.config.n_layer) + "L";
+  const int64_t file_type = m.file->get_int_or("general.file_type", -1);
+  if (file_type >= 0 && file_type <= UINT32_MAX) {
+    if (const char* name = llama_file_type_name(uint32_t(file_type))) return "gemma4 " + size + " " + name;
+  }
   std::map<std::string, int64_t> params;
   for (const auto& [name, r] : m.tensors) {
     if (r.ne.size() < 2) continue;
@@ -76,9 +86,6 @@ std::string describe_type(const Model& m) {
   int64_t mx = -1;
   for (const auto& [t, n] : params)
     if (n > mx) mx = n, best = t;
-  std::string size = m.config.n_layer == 35 && m.config.d_model == 1536 ? "E2B"
-                     : m.config.n_layer == 42 && m.config.d_model == 2560 ? "E4B"
-                                                                           : std::to_string(m.config.n_layer) + "L";
   std::transform(best.begin(), best.end(), best.begin(), ::toupper);
   return "gemma4 " + size + " " + best;
 }

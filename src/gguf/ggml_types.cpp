@@ -106,24 +106,43 @@ size_t ggml_row_bytes(GgmlType t, int64_t n) {
   return static_cast<size_t>(n / info.block_elems) * info.block_bytes;
 }
 
+namespace {
+
+// llama.cpp's file types (llama_ftype): id, name, and for the ids a file of one matrix type gets,
+// that type. Ids ggml retired (4-6, 33-35) are absent.
+struct FileTypeRow {
+  uint32_t id;
+  const char* name;
+  std::optional<GgmlType> uniform;
+};
+constexpr FileTypeRow kFileTypes[] = {
+    {0, "F32", GgmlType::F32},      {1, "F16", GgmlType::F16},       {2, "Q4_0", GgmlType::Q4_0},
+    {3, "Q4_1", GgmlType::Q4_1},    {7, "Q8_0", GgmlType::Q8_0},     {8, "Q5_0", GgmlType::Q5_0},
+    {9, "Q5_1", GgmlType::Q5_1},    {10, "Q2_K", GgmlType::Q2_K},    {11, "Q3_K_S", GgmlType::Q3_K},
+    {12, "Q3_K_M", std::nullopt},   {13, "Q3_K_L", std::nullopt},    {14, "Q4_K_S", GgmlType::Q4_K},
+    {15, "Q4_K_M", std::nullopt},   {16, "Q5_K_S", GgmlType::Q5_K},  {17, "Q5_K_M", std::nullopt},
+    {18, "Q6_K", GgmlType::Q6_K},   {19, "IQ2_XXS", std::nullopt},   {20, "IQ2_XS", std::nullopt},
+    {21, "Q2_K_S", std::nullopt},   {22, "IQ3_XS", std::nullopt},    {23, "IQ3_XXS", std::nullopt},
+    {24, "IQ1_S", std::nullopt},    {25, "IQ4_NL", std::nullopt},    {26, "IQ3_S", std::nullopt},
+    {27, "IQ3_M", std::nullopt},    {28, "IQ2_S", std::nullopt},     {29, "IQ2_M", std::nullopt},
+    {30, "IQ4_XS", std::nullopt},   {31, "IQ1_M", std::nullopt},     {32, "BF16", GgmlType::BF16},
+    {36, "TQ1_0", std::nullopt},    {37, "TQ2_0", std::nullopt},     {38, "MXFP4_MOE", std::nullopt},
+};
+
+}  // namespace
+
 std::optional<uint32_t> llama_file_type_of(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q4_1: return 3;
-    case GgmlType::Q8_0: return 7;
-    case GgmlType::Q5_0: return 8;
-    case GgmlType::Q5_1: return 9;
-    case GgmlType::Q2_K: return 10;
-    case GgmlType::Q3_K: return 11;  // Q3_K_S
-    case GgmlType::Q4_K: return 14;  // Q4_K_S
-    case GgmlType::Q5_K: return 16;  // Q5_K_S
-    case GgmlType::Q6_K: return 18;
-    case GgmlType::BF16: return 32;
-    default: return std::nullopt;
-  }
+  for (const FileTypeRow& row : kFileTypes)
+    if (row.uniform == t) return row.id;
+  return std::nullopt;
 }
+
+const char* llama_file_type_name(uint32_t id) {
+  for (const FileTypeRow& row : kFileTypes)
+    if (row.id == id) return row.name;
+  return nullptr;
+}
+
 
 int64_t ggml_block_elems(GgmlType t) { return info_or_throw(t).block_elems; }
 

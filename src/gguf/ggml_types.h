@@ -38,6 +38,8 @@ size_t ggml_row_bytes(GgmlType t, int64_t n);
 // t: not the tensor type id (Q8_0 is tensor type 8 but file type 7; file type 8 means Q5_0). K-quants
 // map to their "_S" variants, the closest to a file of one K-quant. nullopt for types with no file type.
 std::optional<uint32_t> llama_file_type_of(GgmlType t);
+// The name llama.cpp gives file type `id` ("Q4_0", "Q4_K_M", ...); nullptr for ids it never assigned.
+const char* llama_file_type_name(uint32_t id);
 int64_t ggml_block_elems(GgmlType t);
 
 }  // namespace gem4
