@@ -90,6 +90,37 @@ TEST(ModelConfig, GeneratedFileTypeMatchesLlamaCppFiles) {
   EXPECT_EQ(llama_file_type_of(GgmlType::Q5_0), 8u);  // the id a Q8_0 file used to claim
 }
 
+// The embedding tables take the type llama-quantize gives them (tied LM head: Q6_K below Q8_0, Q8_0
+// where rows are not whole super-blocks); --pure keeps the requested type; other matrices are unchanged.
+TEST(ModelConfig, GeneratedEmbeddingTablesFollowLlamaQuantize) {
+  auto type_of = [](const GeneratedLayout& layout, const std::string& name) {
+    for (const auto& t : layout.tensors)
+      if (t.name == name) return t.type;
+    ADD_FAILURE() << "no tensor " << name;
+    return GgmlType::F32;
+  };
+  struct Case {
+    const char* preset;
+    GgmlType type;
+    bool pure;
+    GgmlType table;
+  };
+  for (const Case& c : {Case{"e2b", GgmlType::Q4_0, false, GgmlType::Q6_K}, Case{"e2b", GgmlType::Q4_K, false, GgmlType::Q6_K},
+                        Case{"e2b", GgmlType::Q8_0, false, GgmlType::Q8_0}, Case{"e2b", GgmlType::F16, false, GgmlType::F16},
+                        Case{"e2b", GgmlType::Q4_0, true, GgmlType::Q4_0}, Case{"tiny", GgmlType::Q4_0, false, GgmlType::Q8_0}}) {
+    GeneratorSpec spec;
+    spec.preset = c.preset;
+    spec.type = c.type;
+    spec.pure = c.pure;
+    const auto layout = describe_generated_model(spec);
+    const std::string what = std::string(c.preset) + " " + ggml_type_name(c.type) + (c.pure ? " pure" : "");
+    EXPECT_EQ(type_of(layout, "token_embd.weight"), c.table) << what;
+    EXPECT_EQ(type_of(layout, "per_layer_token_embd.weight"), c.table) << what;
+    EXPECT_EQ(type_of(layout, "blk.0.ffn_down.weight"), c.type) << what;
+    EXPECT_EQ(type_of(layout, "per_layer_model_proj.weight"), GgmlType::F32) << what;  // F32, as llama.cpp keeps it
+  }
+}
+
 TEST(ModelConfig, TrainedTinyModelPlan) {
   auto f = gguf::GgufFile::open(test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf"));
   const ModelConfig c = ModelConfig::from_gguf(*f);

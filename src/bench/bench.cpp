@@ -97,6 +97,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-m,--model", "FILE", "GGUF model (default: a model generated in memory)");
   a.value("--preset", "NAME", "in-memory model shape: e2b | e4b | tiny", "e2b");
   a.value("--type", "TYPE", "in-memory model weight type", "q8_0");
+  a.flag("--pure", "in-memory model: embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize)");
   a.value("-p,--n-prompt", "LIST", "prompt lengths", "512");
   a.value("-n,--n-gen", "LIST", "generation lengths", "16");
   a.value("-pg", "PP,TG", "a prompt followed by generation, e.g. 512,128");
@@ -174,6 +175,7 @@ int cmd_bench(int argc, char** argv, int first) {
     if (!t) throw ArgError("bench: --type '" + a.str("--type") + "' is not a known type");
     spec.type = *t;
     spec.seed = uint64_t(a.integer("--seed"));
+    spec.pure = a.on("--pure");
     model_name = "generated:" + spec.preset;
     std::fprintf(stderr, "bench: generating a random %s model (%s) in memory...\n", spec.preset.c_str(), ggml_type_name(spec.type));
     model = generate_model(spec, &pool);

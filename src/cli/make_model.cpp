@@ -19,6 +19,7 @@ int cmd_make_model(int argc, char** argv, int first) {
   a.value("--ctx", "N", "context_length written to the file");
   a.value("--seed", "N", "random seed", "42");
   a.flag("--no-shared-kv", "omit the unused K/V tensors of KV-shared layers (as Google's QAT files do)");
+  a.flag("--pure", "embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize writes them)");
   a.value("-o,--output", "FILE", "output path");
   declare_thread_flag(a);
   if (!a.parse(argc, argv, first)) {
@@ -36,6 +37,7 @@ int cmd_make_model(int argc, char** argv, int first) {
   if (a.has("--ctx")) spec.n_ctx = int(a.integer("--ctx"));
   spec.seed = uint64_t(a.integer("--seed"));
   spec.include_shared_kv = !a.on("--no-shared-kv");
+  spec.pure = a.on("--pure");
   ThreadPool pool(thread_count(a));
   const auto t0 = std::chrono::steady_clock::now();
   write_generated_model(spec, a.str("-o"), &pool);

@@ -208,10 +208,19 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
     const GgmlType t = matrix ? wtype(ne[0]) : GgmlType::F32;
     g.tensors.push_back({name, std::move(ne), t, init});
   };
+  // The two embedding tables (token_embd is also the tied LM head) get the type llama-quantize gives
+  // them: the requested type for Q8_0 and float files, else Q6_K (Q8_0 where rows are not whole
+  // 256-element super-blocks). `pure` keeps them of the requested type, like llama-quantize --pure.
+  auto add_table = [&](const std::string& name, std::vector<int64_t> ne, Init init) {
+    GgmlType t = wtype(ne[0]);
+    const bool keeps_type = spec.pure || ggml_block_elems(spec.type) == 1 || spec.type == GgmlType::Q8_0;
+    if (!keeps_type) t = ne[0] % ggml_block_elems(GgmlType::Q6_K) == 0 ? GgmlType::Q6_K : GgmlType::Q8_0;
+    g.tensors.push_back({name, std::move(ne), t, init});
+  };
   const int64_t d = s.d, V = s.n_vocab, P = s.ple, L = s.n_layer;
   const float norm_std = 0.05f;
-  add("token_embd.weight", {d, V}, {0, 1.0f / std::sqrt(float(d))}, true);
-  add("per_layer_token_embd.weight", {L * P, V}, {0, 1.0f / std::sqrt(float(P))}, true);
+  add_table("token_embd.weight", {d, V}, {0, 1.0f / std::sqrt(float(d))});
+  add_table("per_layer_token_embd.weight", {L * P, V}, {0, 1.0f / std::sqrt(float(P))});
   g.tensors.push_back({"per_layer_model_proj.weight", {d, L * P}, GgmlType::F32, {0, 1.0f / std::sqrt(float(d))}});
   add("per_layer_proj_norm.weight", {P}, {1.0f, norm_std}, false);
   add("output_norm.weight", {d}, {4.0f, 0.2f}, false);

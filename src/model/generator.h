@@ -24,6 +24,7 @@ struct GeneratorSpec {
   int n_ctx = 0;                    // context_length key (0: preset default)
   uint64_t seed = 42;
   bool include_shared_kv = true;    // write the unused K/V tensors of KV-shared layers
+  bool pure = false;                // embedding tables of `type` too (else as llama-quantize: Q6_K)
 };
 
 // The metadata (as a parsed GGUF without tensor data) and tensor list of a generated model, without
