@@ -235,4 +235,16 @@ TEST(CliBench, RooflineReportsFractionsOfThePeaks) {
   EXPECT_EQ(pp[7], "-");  // a prompt test has no decode columns
 }
 
+// inspect names the file type llama.cpp wrote into the file; bench names a model by it.
+TEST(CliInspect, NamesTheFileType) {
+  const std::string path = gem4::test::testdata("llamacpp-ref/gemma4-tiny-q8_0.gguf");
+  const CommandResult r = gem4("inspect " + quoted(path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  general\.file_type +7 \(Q8_0\)\n)"))) << r.out;
+  EXPECT_NE(r.out.find("blk.0.ffn_gate.weight                    q8_0"), std::string::npos) << r.out;
+  const CommandResult b = gem4("bench -m " + quoted(path) + " -p 0 -n 2 -r 1 --prune 1");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_NE(b.out.find("| gemma4 6L Q8_0 |"), std::string::npos) << b.out;
+}
+
 }  // namespace

@@ -1,10 +1,13 @@
 // gem4 inspect FILE: metadata, the tensor table, parameter and size totals, and the derived layer plan.
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "gguf/ggml_types.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -26,8 +29,15 @@ int cmd_inspect(int argc, char** argv, int first) {
               f->file_size(), (unsigned long long)f->alignment(), f->metadata().size(), f->tensors().size());
   if (!a.on("--no-metadata")) {
     std::printf("\nmetadata:\n");
-    for (const auto& [key, value] : f->metadata())
-      std::printf("  %-48s %s\n", key.c_str(), value.to_string(8).c_str());
+    for (const auto& [key, value] : f->metadata()) {
+      std::string shown = value.to_string(8);
+      if (key == "general.file_type") {  // llama.cpp's file-type id: name it ("7 (Q8_0)")
+        const int64_t id = f->get_int_or(key, -1);
+        const char* name = id >= 0 && id <= INT32_MAX ? llama_file_type_name(uint32_t(id)) : nullptr;
+        if (name) shown += std::string(" (") + name + ")";
+      }
+      std::printf("  %-48s %s\n", key.c_str(), shown.c_str());
+    }
   }
   std::map<std::string, std::pair<long long, long long>> by_type;  // type -> (params, bytes)
   long long params = 0, bytes = 0;
