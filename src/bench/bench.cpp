@@ -3,7 +3,6 @@
 // model, so the speedup ratios it prints compare like with like.
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -71,10 +70,7 @@ std::string describe_type(const Model& m) {
   std::string size = m.config.n_layer == 35 && m.config.d_model == 1536 ? "E2B"
                      : m.config.n_layer == 42 && m.config.d_model == 2560 ? "E4B"
                                                                            : std::to_string(m.config.n_layer) + "L";
-  const int64_t file_type = m.file->get_int_or("general.file_type", -1);
-  if (file_type >= 0 && file_type <= UINT32_MAX) {
-    if (const char* name = llama_file_type_name(uint32_t(file_type))) return "gemma4 " + size + " " + name;
-  }
+  if (const char* name = gguf::stated_file_type_name(*m.file)) return "gemma4 " + size + " " + name;
   std::map<std::string, int64_t> params;
   for (const auto& [name, r] : m.tensors) {
     if (r.ne.size() < 2) continue;

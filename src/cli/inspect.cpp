@@ -1,5 +1,4 @@
 // gem4 inspect FILE: metadata, the tensor table, parameter and size totals, and the derived layer plan.
-#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -7,7 +6,6 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "gguf/ggml_types.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -32,9 +30,7 @@ int cmd_inspect(int argc, char** argv, int first) {
     for (const auto& [key, value] : f->metadata()) {
       std::string shown = value.to_string(8);
       if (key == "general.file_type") {  // llama.cpp's file-type id: name it ("7 (Q8_0)")
-        const int64_t id = f->get_int_or(key, -1);
-        const char* name = id >= 0 && id <= INT32_MAX ? llama_file_type_name(uint32_t(id)) : nullptr;
-        if (name) shown += std::string(" (") + name + ")";
+        if (const char* name = gguf::stated_file_type_name(*f)) shown += std::string(" (") + name + ")";
       }
       std::printf("  %-48s %s\n", key.c_str(), shown.c_str());
     }

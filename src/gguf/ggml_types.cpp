@@ -143,7 +143,6 @@ const char* llama_file_type_name(uint32_t id) {
   return nullptr;
 }
 
-
 int64_t ggml_block_elems(GgmlType t) { return info_or_throw(t).block_elems; }
 
 }  // namespace gem4

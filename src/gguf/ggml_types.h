@@ -33,6 +33,7 @@ std::optional<GgmlType> ggml_type_from_name(const std::string& name);
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t ggml_row_bytes(GgmlType t, int64_t n);
+int64_t ggml_block_elems(GgmlType t);
 
 // The `general.file_type` id (llama.cpp's llama_ftype, "mostly T") of a file whose matrices are of type
 // t: not the tensor type id (Q8_0 is tensor type 8 but file type 7; file type 8 means Q5_0). K-quants
@@ -40,6 +41,5 @@ size_t ggml_row_bytes(GgmlType t, int64_t n);
 std::optional<uint32_t> llama_file_type_of(GgmlType t);
 // The name llama.cpp gives file type `id` ("Q4_0", "Q4_K_M", ...); nullptr for ids it never assigned.
 const char* llama_file_type_name(uint32_t id);
-int64_t ggml_block_elems(GgmlType t);
 
 }  // namespace gem4

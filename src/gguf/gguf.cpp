@@ -682,4 +682,9 @@ const uint8_t* GgufFile::tensor_data(const TensorInfo& t) const {
   return base_ + start;
 }
 
+const char* stated_file_type_name(const GgufFile& f) {
+  const int64_t id = f.get_int_or("general.file_type", -1);
+  return id >= 0 && id <= INT64_C(0xFFFFFFFF) ? llama_file_type_name(uint32_t(id)) : nullptr;
+}
+
 }  // namespace gem4::gguf

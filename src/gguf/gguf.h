@@ -112,4 +112,8 @@ class GgufFile {
   std::map<std::string, size_t> tensor_index_;
 };
 
+// The name llama.cpp gives the file type the file states in general.file_type ("Q4_0", "Q4_K_M");
+// nullptr when the key is absent or the id unknown.
+const char* stated_file_type_name(const GgufFile& f);
+
 }  // namespace gem4::gguf
