@@ -4,8 +4,9 @@
 //    the activations the way llama.cpp does on x86 (q8_0 / q8_1) and multiplies integers: agreement to
 //    float rounding (~1e-5 relative). Also against the exact product, within the bound that activation
 //    quantization implies.
-//  * For the K-quants (which a fast path may also multiply with 8-bit activations) against the exact
-//    product within that bound.
+//  * For the K-quants against the exact product within that bound, and on AVX-512 (whose kernels multiply
+//    them with 8-bit activations) against llama.cpp's arithmetic: activations quantized to Q8_K, one
+//    f32 scale per 256 values (~1e-5 relative).
 //  * For F32, F16, BF16 against the exact product of the dequantized weights, to float rounding.
 #include "kernels/matmul.h"
 #include "kernels/packed_matrix.h"
@@ -158,6 +159,10 @@ Reference exact_reference(const Weights& w, const std::vector<float>& x, int64_t
           amax = std::max(amax, std::fabs(xi));
           wabs += std::fabs(wi - m) + std::fabs(m);
         }
+        if (is_k_quant(w.type)) {  // one activation scale per 256 values (Q8_K)
+          const int64_t sb = b / kQKK * kQKK;
+          for (int64_t i = sb; i < sb + kQKK; ++i) amax = std::max(amax, double(std::fabs(x[r * ldx + i])));
+        }
         // Activation quantization moves each x by at most amax/254, plus |q| * d * 2^-11 <= amax * 2^-11
         // from the fp16 scale; a min also meets s = fp16(d * sum q), off by <= 2^-11 * 32 * amax.
         qb += wabs * amax * (0.5 / 127 + std::ldexp(1.0, -11)) +
@@ -298,6 +303,31 @@ Reference q8_reference(const Weights& w, const std::vector<float>& x, int64_t ro
   return ref;
 }
 
+// What the AVX-512 kernels compute for K-quant weights, as llama.cpp does: the activations quantized
+// to Q8_K by the scalar reference (quantize_row_q8_k, one f32 scale per 256 values), then the exact
+// product with the dequantized weights, in double. The kernels differ from it by float rounding only.
+Reference q8k_reference(const Weights& w, const std::vector<float>& x, int64_t rows, int64_t ldx) {
+  Reference ref;
+  ref.value.resize(rows * w.out);
+  ref.scale.resize(rows * w.out);
+  std::vector<BlockQ8_K> blocks(w.in / kQKK);
+  std::vector<double> xq(w.in);
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row_q8_k(&x[r * ldx], blocks.data(), w.in);
+    for (int64_t i = 0; i < w.in; ++i) xq[i] = double(blocks[i / kQKK].d) * blocks[i / kQKK].qs[i % kQKK];
+    for (int64_t o = 0; o < w.out; ++o) {
+      double v = 0, sc = 0;
+      for (int64_t i = 0; i < w.in; ++i) {
+        v += w.deq[o * w.in + i] * xq[i];
+        sc += std::fabs(w.deq[o * w.in + i] * xq[i]);
+      }
+      ref.value[r * w.out + o] = v;
+      ref.scale[r * w.out + o] = sc;
+    }
+  }
+  return ref;
+}
+
 // ---------------------------------------------------------------- comparison
 
 struct Case {
@@ -349,8 +379,9 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
   const std::vector<float> x = make_activations(c.rows, c.in, c.ldx, static_cast<uint32_t>(c.rows * 7 + 1));
   const Reference exact = exact_reference(w, x, c.rows, c.ldx);
   const bool int8 = is_int8_activation_type(c.type);
-  Reference q8, bf16;
+  Reference q8, q8k, bf16;
   if (int8) q8 = q8_reference(w, x, c.rows, c.ldx);
+  if (is_k_quant(c.type)) q8k = q8k_reference(w, x, c.rows, c.ldx);
   if (c.type == GgmlType::BF16) bf16 = bf16_activation_reference(w, x, c.rows, c.ldx);
   for (Isa isa : isas) {
     IsaOverride o(isa);
@@ -370,8 +401,12 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
           EXPECT_TRUE(check_fast_path(c, v, x, exact_with_bound, 1e-5, true, p))
               << c.describe(isa, p) << " vs exact product";
         } else if (is_k_quant(c.type)) {
+          if (isa == Isa::Avx512) {  // the int8 kernels: llama.cpp's Q8_K activations
+            EXPECT_TRUE(check_fast_path(c, v, x, q8k, 2e-5, false, p))
+                << c.describe(isa, p) << layout << " vs q8_K reference";
+          }
           EXPECT_TRUE(check_fast_path(c, v, x, exact, 2e-5, true, p))
-              << c.describe(isa, p) << " vs exact product";
+              << c.describe(isa, p) << layout << " vs exact product";
         } else {
           EXPECT_TRUE(check_fast_path(c, v, x, exact, 1e-5, false, p)) << c.describe(isa, p);
         }

@@ -340,6 +340,46 @@ TEST(Quantize, Q4_0UsesSignedExtremeAsMinusEight) {
   for (int j = 0; j < 32; ++j) EXPECT_NEAR(y[j], x[j], 0.25f + 1e-6f) << j;
 }
 
+// Q8_K (activations of llama.cpp's K-quant dot products): the first value of largest magnitude maps to
+// -127 and d = 1 / iscale carries the sign; rounding is half to even (ggml's nearest_int); bsums are
+// per 16; an all-zero super-block is all zero.
+TEST(Quantize, Q8_KActivationsFollowLlamaCppReference) {
+  std::vector<float> x(512, 0.0f);
+  for (int j = 0; j < 256; ++j) x[j] = float(j % 7) - 3.0f;  // in [-3, 3]
+  x[10] = 127.0f;    // extreme, positive: iscale = -1 exactly, q = -x
+  x[11] = -127.0f;   // same magnitude later: not the one taken
+  x[12] = 2.5f;      // halves round to even: -2.5 -> -2
+  x[13] = -0.5f;     //                       0.5 -> 0
+  x[14] = 3.5f;      //                      -3.5 -> -4
+  BlockQ8_K b[2];
+  quantize_row_q8_k(x.data(), b, 512);
+  EXPECT_EQ(b[0].d, -1.0f);
+  EXPECT_EQ(b[0].qs[10], -127);
+  EXPECT_EQ(b[0].qs[11], 127);
+  EXPECT_EQ(b[0].qs[12], -2);
+  EXPECT_EQ(b[0].qs[13], 0);
+  EXPECT_EQ(b[0].qs[14], -4);
+  for (int j = 15; j < 256; ++j) ASSERT_EQ(b[0].qs[j], -int(x[j])) << j;
+  for (int k = 0; k < 16; ++k) {
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) sum += b[0].qs[16 * k + j];
+    EXPECT_EQ(b[0].bsums[k], sum) << k;
+  }
+  EXPECT_EQ(b[1].d, 0.0f);
+  for (int j = 0; j < 256; ++j) ASSERT_EQ(b[1].qs[j], 0) << j;
+
+  // A negative extreme: positive d, and every value within d / 2 of d * q.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int j = 0; j < 256; ++j) x[j] = normal(rng);
+  x[100] = -9.0f;
+  quantize_row_q8_k(x.data(), b, 256);
+  EXPECT_FLOAT_EQ(b[0].d, 9.0f / 127.0f);
+  EXPECT_EQ(b[0].qs[100], -127);
+  for (int j = 0; j < 256; ++j) EXPECT_LE(std::fabs(b[0].d * b[0].qs[j] - x[j]), b[0].d * 0.5f + 1e-6f) << j;
+  EXPECT_THROW(quantize_row_q8_k(x.data(), b, 100), std::invalid_argument);
+}
+
 struct ErrorBound {
   GgmlType type;
   double max_rel_rms;

@@ -35,10 +35,10 @@ inline int32_t load_i32(const void* p) {
 // q = round-half-even(x * (127 / amax)) (the inverse of the unrounded d), s = fp16(d * sum q).
 
 struct QuantizedBlock {
-  float d;     // fp16-rounded scale
+  float d;     // scale: fp16-rounded here; the super-block's f32 d from quantize_superblock
   int sum;     // sum of the 32 quants
   int sum_hi;  // sum of the last 16
-  float s;     // fp16-rounded d * sum
+  float s;     // d * sum: fp16-rounded here; f32 from quantize_superblock
 };
 
 inline QuantizedBlock quantize_block(const float* x, int8_t* q) {
@@ -127,6 +127,81 @@ inline void quantize_blocks16(const float* x, int8_t* q, size_t q_stride, Quanti
   _mm512_store_ps(out->s, to_half(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sum))));
 }
 
+// Activations of the K-quants (Q4_K, Q5_K, Q6_K), exactly as llama.cpp's quantize_row_q8_K_ref, the
+// format its K-quant dot products take (Q8_K): one f32 scale per 256 values. max = the first value of
+// largest magnitude, iscale = -127 / max, q = min(127, round-half-even(iscale * x)), d = 1 / iscale
+// (negative when max is positive; d * q keeps the sign of x). Per 32-value block b this gives what the
+// kernels read: d itself (no fp16 rounding), the sums of q, and s = d * sum q in f32 (llama.cpp
+// multiplies integer sums of q with the weights' mins, so nothing there is rounded to fp16 either).
+// Against the per-32 fp16 scales of quantize_block, K-quant logits moved away from llama.cpp's by
+// ~4 % in perplexity on a random-weight E2B Q4_K_M file. q of block b goes to q + b * q_stride.
+inline void quantize_superblock(const float* x, int8_t* q, size_t q_stride, QuantizedBlock out[8]) {
+  __m512 v[16];
+  __m512 amax_v = _mm512_setzero_ps();
+  for (int i = 0; i < 16; ++i) {
+    v[i] = _mm512_loadu_ps(x + 16 * i);
+    amax_v = _mm512_max_ps(amax_v, _mm512_abs_ps(v[i]));
+  }
+  const float amax = _mm512_reduce_max_ps(amax_v);
+  if (!(amax > 0.0f)) {  // all zero
+    for (int b = 0; b < 8; ++b) {
+      std::memset(q + b * q_stride, 0, kQK);
+      out[b] = {0.0f, 0, 0, 0.0f};
+    }
+    return;
+  }
+  float max = amax;
+  for (int i = 0; i < 16; ++i) {  // the first value of largest magnitude, with its sign
+    const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+    if (hit) {
+      max = x[16 * i + __builtin_ctz(hit)];
+      break;
+    }
+  }
+  const float iscale = -127.f / max;
+  const float d = 1.0f / iscale;
+  const __m512 is = _mm512_set1_ps(iscale);
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m512 halves[16];  // int32 quants per lane of each 16-value half (as float bits), for one reduction
+  for (int i = 0; i < 16; ++i) {
+    const __m512i qi = _mm512_min_epi32(_mm512_cvt_roundps_epi32(_mm512_mul_ps(v[i], is), kRne),
+                                        _mm512_set1_epi32(127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + (i / 2) * q_stride + 16 * (i % 2)), _mm512_cvtsepi32_epi8(qi));
+    halves[i] = _mm512_castsi512_ps(qi);
+  }
+  const auto add = [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  };
+  alignas(64) int32_t half_sums[16];
+  _mm512_store_si512(half_sums, _mm512_castps_si512(transpose_reduce16(halves, add)));
+  for (int b = 0; b < 8; ++b) {
+    const int sum = half_sums[2 * b] + half_sums[2 * b + 1];
+    out[b] = {d, sum, half_sums[2 * b + 1], d * static_cast<float>(sum)};
+  }
+}
+
+// The nb blocks of one activation row, quantized as weights of the kind `kQ8K` says take them (K-quants:
+// quantize_superblock; nb is then a multiple of 8) or else per block as quantize_block (16 blocks at a
+// time where it can). q of block b goes to q + b * q_stride; store(b, QuantizedBlock) takes the rest.
+template <bool kQ8K, class Store>
+inline void quantize_row_blocks(const float* x, int64_t nb, int8_t* q, size_t q_stride, Store&& store) {
+  if constexpr (kQ8K) {
+    QuantizedBlock qb[8];
+    for (int64_t b = 0; b < nb; b += 8) {
+      quantize_superblock(x + b * kQK, q + b * q_stride, q_stride, qb);
+      for (int i = 0; i < 8; ++i) store(b + i, qb[i]);
+    }
+  } else {
+    int64_t b = 0;
+    QuantizedBlocks16 q16;
+    for (; b + 16 <= nb; b += 16) {
+      quantize_blocks16(x + b * kQK, q + b * q_stride, q_stride, &q16);
+      for (int i = 0; i < 16; ++i) store(b + i, QuantizedBlock{q16.d[i], q16.sum[i], q16.sum_hi[i], q16.s[i]});
+    }
+    for (; b < nb; ++b) store(b, quantize_block(x + b * kQK, q + b * q_stride));
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Bit unpacking helpers.
 
@@ -194,6 +269,7 @@ struct LegacyDecoder {
   static constexpr size_t kBytes = Bytes;
   static constexpr int kOffset = Offset;
   static constexpr bool kHasMin = HasMin, kSplitScales = false;
+  static constexpr bool kActivationsQ8K = false;  // per-block activations, as llama.cpp's q8_0 / q8_1
   static constexpr int kGroupBlocks = 1, kPairsPerGroup = 1;
   static constexpr size_t kGroupBytes = 2 * Bytes;  // bytes of a row per stream group (a block pair)
   static constexpr bool kEightBit = Offset == 128;
@@ -275,6 +351,7 @@ template <class Block, bool Bits5>
 struct KQuantDecoder {
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true, kSplitScales = false;
+  static constexpr bool kActivationsQ8K = true;  // quantize_superblock
   static constexpr int kGroupBlocks = 8, kPairsPerGroup = 4;
   static constexpr size_t kGroupBytes = sizeof(Block);
 
@@ -332,6 +409,7 @@ using DecodeQ5_K = KQuantDecoder<BlockQ5_K, true>;
 struct DecodeQ6_K {
   static constexpr int kOffset = 32;
   static constexpr bool kHasMin = false, kSplitScales = true;
+  static constexpr bool kActivationsQ8K = true;  // quantize_superblock
   static constexpr int kGroupBlocks = 8, kPairsPerGroup = 4;
   static constexpr size_t kGroupBytes = sizeof(BlockQ6_K);
 

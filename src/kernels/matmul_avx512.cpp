@@ -321,26 +321,16 @@ TileMajorActivations quantize_tile_major(const float* x, int64_t rows, int64_t l
   act.init_hi = act.init + meta;
   act.s = reinterpret_cast<float*>(act.init_hi + meta);
   parallel_for(pool, rows, 8, [&](int64_t r0, int64_t r1, int) {
-    auto store = [&](int64_t m, const QuantizedBlock& qb) {
-      act.d[m] = qb.d;
-      act.s[m] = qb.s;
-      act.init[m] = -Dec::kOffset * (Dec::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
-      act.init_hi[m] = -Dec::kOffset * qb.sum_hi;
-    };
-    QuantizedBlocks16 q16;
     for (int64_t r = r0; r < r1; ++r) {
-      int64_t b = 0;
-      for (; b + 16 <= nb; b += 16) {
-        const int64_t m = act.at(r, b);  // blocks b, b + 1, ... of row r are kInt8TileRows entries apart
-        quantize_blocks16(x + r * ldx + b * kQK, act.q + m * kQK, kInt8TileRows * kQK, &q16);
-        for (int i = 0; i < 16; ++i) {
-          store(m + i * kInt8TileRows, {q16.d[i], q16.sum[i], q16.sum_hi[i], q16.s[i]});
-        }
-      }
-      for (; b < nb; ++b) {
-        const int64_t m = act.at(r, b);
-        store(m, quantize_block(x + r * ldx + b * kQK, act.q + m * kQK));
-      }
+      const int64_t m0 = act.at(r, 0);  // blocks b, b + 1, ... of row r are kInt8TileRows entries apart
+      quantize_row_blocks<Dec::kActivationsQ8K>(
+          x + r * ldx, nb, act.q + m0 * kQK, kInt8TileRows * kQK, [&](int64_t b, const QuantizedBlock& qb) {
+            const int64_t m = m0 + b * kInt8TileRows;
+            act.d[m] = qb.d;
+            act.s[m] = qb.s;
+            act.init[m] = -Dec::kOffset * (Dec::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
+            act.init_hi[m] = -Dec::kOffset * qb.sum_hi;
+          });
     }
   });
   return act;
@@ -438,23 +428,34 @@ struct alignas(64) PairActivations {
   int8_t q[64];
   int32_t init[16];  // -offset * (sum of the lane's 4 quants): the weight offset's share of each lane
   float d[2];        // the two blocks' scales
-  float s[2];        // fp16(d * sum q) of each block (types with a min)
+  float s[2];        // d * sum q of each block (types with a min), see QuantizedBlock
 };
 
-void quantize_pairs(const float* x, int64_t rows, int64_t ldx, int64_t nb, int offset, PairActivations* out) {
+template <class Dec>
+void quantize_pairs(const float* x, int64_t rows, int64_t ldx, int64_t nb, PairActivations* out) {
   const int64_t np = (nb + 1) / 2;
   for (int64_t r = 0; r < rows; ++r) {
+    PairActivations* row = out + r * np;
+    if (nb % 2) std::memset(&row[np - 1], 0, sizeof(PairActivations));  // block 1 of an odd tail stays zero
+    // Block b goes to half b % 2 of pair b / 2: quantized 16 blocks at a time (a whole number of K-quant
+    // super-blocks) into a contiguous buffer, then copied there.
+    alignas(64) int8_t q[16 * kQK];
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+      const int64_t n = std::min<int64_t>(16, nb - b0);
+      quantize_row_blocks<Dec::kActivationsQ8K>(x + r * ldx + b0 * kQK, n, q, kQK,
+                                                [&](int64_t i, const QuantizedBlock& qb) {
+                                                  const int64_t b = b0 + i;
+                                                  PairActivations& pa = row[b / 2];
+                                                  std::memcpy(pa.q + 32 * (b % 2), q + i * kQK, kQK);
+                                                  pa.d[b % 2] = qb.d;
+                                                  pa.s[b % 2] = qb.s;
+                                                });
+    }
     for (int64_t p = 0; p < np; ++p) {
-      PairActivations& pa = out[r * np + p];
-      std::memset(&pa, 0, sizeof pa);  // also zeroes block 1 of an odd tail
-      for (int half = 0; half < 2 && 2 * p + half < nb; ++half) {
-        const QuantizedBlock qb = quantize_block(x + r * ldx + (2 * p + half) * kQK, pa.q + 32 * half);
-        pa.d[half] = qb.d;
-        pa.s[half] = qb.s;
-      }
+      PairActivations& pa = row[p];
       const __m512i lane_sums =
           _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_load_si512(pa.q));
-      _mm512_store_si512(pa.init, _mm512_mullo_epi32(lane_sums, _mm512_set1_epi32(-offset)));
+      _mm512_store_si512(pa.init, _mm512_mullo_epi32(lane_sums, _mm512_set1_epi32(-Dec::kOffset)));
     }
   }
 }
@@ -609,7 +610,7 @@ void int8_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
   const int64_t nb = w.in / kQK, np = (nb + 1) / 2;
   auto* act =
       static_cast<PairActivations*>(thread_scratch(kSlotActivations, sizeof(PairActivations) * rows * np));
-  quantize_pairs(x, rows, ldx, nb, Dec::kOffset, act);
+  quantize_pairs<Dec>(x, rows, ldx, nb, act);
   const int64_t groups = (w.out + kStreamRows - 1) / kStreamRows;
   parallel_for_guided(pool, groups, 2, [&](int64_t g0, int64_t g1, int) {
     for (int64_t g = g0; g < g1; ++g) {

@@ -47,7 +47,7 @@ inline void kquant_scales_mins(const uint8_t* super, const uint8_t* blk, size_t 
 // mins) as f32 vectors for rows 0-15 and 16-31.
 template <bool kNibbleLevels, int kOff>
 struct PackedLegacy {  // Q8_0, Q4_0: blocks of levels then 32 fp16 scales
-  static constexpr bool kNibbles = kNibbleLevels, kHasMin = false;
+  static constexpr bool kNibbles = kNibbleLevels, kHasMin = false, kActivationsQ8K = false;
   static constexpr int kOffset = kOff;
   static constexpr size_t kBlockBytes = (kNibbles ? 4 : 8) * 128 + kPackedPanelRows * sizeof(uint16_t);
   static const uint8_t* block(const uint8_t* panel, int64_t b) { return panel + size_t(b) * kBlockBytes; }
@@ -61,7 +61,7 @@ using PackedQ8_0 = PackedLegacy<false, DecodeQ8_0::kOffset>;
 using PackedQ4_0 = PackedLegacy<true, DecodeQ4_0::kOffset>;
 
 struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-block nibbles, u8 sc and m
-  static constexpr bool kNibbles = true, kHasMin = true;
+  static constexpr bool kNibbles = true, kHasMin = true, kActivationsQ8K = DecodeQ4_K::kActivationsQ8K;
   static constexpr int kOffset = DecodeQ4_K::kOffset;
   static constexpr size_t kBlockBytes = kPackedQ4KBlockBytes;
   static const uint8_t* block(const uint8_t* panel, int64_t b) {
@@ -241,7 +241,7 @@ struct PackedActivations {
   float* d;          // [rows][nb]
   int32_t* init;     // [rows][nb]: -offset * sum q (Q6_K: of the block's first 16 quants)
   int32_t* init_hi;  // [rows][nb]: Q6_K: -offset * sum of the last 16 quants
-  float* s;          // [rows][nb]: fp16(d * sum q), for the mins
+  float* s;          // [rows][nb]: d * sum q, for the mins (see QuantizedBlock)
 };
 
 template <class Fmt, int R>
@@ -388,14 +388,15 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   act.init_hi = act.init + meta;
   act.s = reinterpret_cast<float*>(act.init_hi + meta);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const size_t m = size_t(r * nb + b);
-      const QuantizedBlock qb = quantize_block(x + r * ldx + b * kQK, act.q + m * kQK);
-      act.d[m] = qb.d;
-      act.init[m] = -Kernel::kOffset * (Kernel::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
-      act.init_hi[m] = -Kernel::kOffset * qb.sum_hi;
-      act.s[m] = qb.s;
-    }
+    quantize_row_blocks<Kernel::kActivationsQ8K>(x + r * ldx, nb, act.q + r * nb * kQK, kQK,
+                                                 [&](int64_t b, const QuantizedBlock& qb) {
+                                                   const size_t m = size_t(r * nb + b);
+                                                   act.d[m] = qb.d;
+                                                   act.init[m] = -Kernel::kOffset *
+                                                                 (Kernel::kSplitScales ? qb.sum - qb.sum_hi : qb.sum);
+                                                   act.init_hi[m] = -Kernel::kOffset * qb.sum_hi;
+                                                   act.s[m] = qb.s;
+                                                 });
   }
   int64_t first_panel[kMaxSharedTargets + 1] = {0};
   for (int j = 0; j < count; ++j) {
@@ -435,6 +436,7 @@ template <class Fmt>
 struct LegacyOrQ4KGemv {
   static constexpr int kOffset = Fmt::kOffset;
   static constexpr bool kSplitScales = false;
+  static constexpr bool kActivationsQ8K = Fmt::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
     packed_gemv_panel<Fmt, R>(pn, nb, act, y, ldy, valid);
@@ -444,6 +446,7 @@ template <class K>
 struct PlanesGemv {
   static constexpr int kOffset = K::Dec::kOffset;
   static constexpr bool kSplitScales = K::Dec::kSplitScales;
+  static constexpr bool kActivationsQ8K = K::Dec::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
     packed_planes_gemv_panel<K, R>(pn, nb, act, y, ldy, valid);

@@ -69,6 +69,14 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// Activations, not weights: llama.cpp's Q8_K, what its K-quant dot products multiply with. Value i is
+// d * qs[i]; bsums[k] is the sum of qs[16k .. 16k + 15].
+struct BlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -77,6 +85,7 @@ static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. Sub-blocks 0-3 keep theirs in the
 // low 6 bits of bytes j and j + 4; sub-blocks 4-7 keep the low 4 bits in byte j + 4 (scale low nibble,

@@ -605,4 +605,24 @@ uint16_t fp32_to_bf16(float f) {
   return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
 
+void quantize_row_q8_k(const float* src, BlockQ8_K* dst, int64_t n) {
+  const int64_t nb = blocks_of(GgmlType::Q8_K, n, "quantize_row_q8_k");
+  for (int64_t i = 0; i < nb; ++i, src += kQKK) {
+    BlockQ8_K& b = dst[i];
+    const float max = signed_absmax(src, kQKK);
+    if (max == 0.0f) {
+      b = BlockQ8_K{};
+      continue;
+    }
+    const float iscale = -127.f / max;  // the extreme value maps to -127
+    for (int j = 0; j < kQKK; ++j) b.qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * src[j])));
+    for (int k = 0; k < kQKK / 16; ++k) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += b.qs[16 * k + j];
+      b.bsums[k] = static_cast<int16_t>(sum);
+    }
+    b.d = 1.0f / iscale;
+  }
+}
+
 }  // namespace gem4

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gguf/ggml_types.h"
+#include "tensor/blocks.h"
 
 namespace gem4 {
 
@@ -24,6 +25,12 @@ void require_supported_weight_type(GgmlType t, const std::string& tensor_name);
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 // Scalar reference quantizer (round-to-nearest, as ggml's reference quantizers do).
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+
+// Activations as llama.cpp quantizes them for the K-quant dot products (Q8_K, quantize_row_q8_K_ref): per
+// 256 values, max = the first value of largest magnitude, iscale = -127 / max, qs = min(127,
+// round-half-even(iscale * x)), d = 1 / iscale. n: a multiple of 256. The scalar reference of the
+// AVX-512 K-quant kernels' activations.
+void quantize_row_q8_k(const float* src, BlockQ8_K* dst, int64_t n);
 
 // IEEE half and bfloat16 conversions (round-to-nearest-even).
 float fp16_to_fp32(uint16_t h);
