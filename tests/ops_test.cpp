@@ -71,6 +71,45 @@ TEST(Ops, SoftcapVectorisedMatchesReference) {
   EXPECT_TRUE(std::isnan(nan));
 }
 
+// Greedy decoding's argmax: the vectorised version gives the reference's index on every length (vector
+// bodies, masked tails), with ties (the first wins, +0 and -0 tie), NaN and infinities (never chosen),
+// the maximum in the first, last and tail positions, and nothing finite (-1).
+TEST(Ops, ArgmaxVectorisedMatchesReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (int64_t n : {1, 2, 15, 16, 17, 63, 64, 65, 130, 1000, 262144}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = normal(rng);
+    auto expect_same = [&](const char* what) {
+      ASSERT_EQ(argmax_finite(x.data(), n), argmax_finite_reference(x.data(), n)) << what << " n=" << n;
+    };
+    expect_same("random");
+    x[size_t(n - 1)] = 50.0f;
+    expect_same("max last");
+    x[0] = 50.0f;
+    expect_same("tie first and last");
+    ASSERT_EQ(argmax_finite(x.data(), n), 0);
+    x[size_t(n / 2)] = inf;
+    x[size_t(n / 3)] = nan;
+    expect_same("inf and nan");
+    if (n > 1) {
+      ASSERT_NE(argmax_finite(x.data(), n), n / 2);
+    }
+    for (auto& v : x) v = -0.0f;
+    x[size_t(n - 1)] = 0.0f;
+    expect_same("signed zeros");
+    ASSERT_EQ(argmax_finite(x.data(), n), 0);
+    for (auto& v : x) v = (rng() % 2) ? nan : -inf;
+    expect_same("nothing finite");
+    ASSERT_EQ(argmax_finite(x.data(), n), -1);
+    x[size_t(n - 1)] = -std::numeric_limits<float>::max();
+    expect_same("one finite, last");
+    ASSERT_EQ(argmax_finite(x.data(), n), n - 1);
+  }
+  EXPECT_EQ(argmax_finite(nullptr, 0), -1);
+}
+
 // Softmax (attention scores): the vectorised version within a few ulp of the std::exp reference on
 // every element, -inf (masked keys) exactly 0, any length (masked tails).
 TEST(Ops, SoftmaxVectorisedMatchesReference) {

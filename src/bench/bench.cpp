@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kernels/cpu_features.h"
+#include "kernels/ops.h"
 #include "kernels/packed_matrix.h"
 #include "kernels/peaks.h"
 #include "kernels/thread_pool.h"
@@ -335,7 +336,7 @@ int cmd_bench(int argc, char** argv, int first) {
             out.clear();
             fwd.run({{last, pos, 0, true, false}}, kv, out);
             const float* lg = out.logits.data();
-            last = int32_t(std::max_element(lg, lg + out.n_vocab) - lg);
+            last = int32_t(std::max<int64_t>(0, argmax_finite(lg, out.n_vocab)));
             pos++;
           }
         }

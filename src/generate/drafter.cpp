@@ -5,13 +5,13 @@
 #include <limits>
 #include <stdexcept>
 
+#include "kernels/ops.h"
+
 namespace gem4::generate {
 
 int32_t argmax_token(const float* logits, int n_vocab) {
-  int32_t best = 0;
-  for (int i = 1; i < n_vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
+  const int64_t best = argmax_finite(logits, n_vocab);
+  return best < 0 ? 0 : static_cast<int32_t>(best);
 }
 
 std::vector<TokenProb> proposal_distribution(const float* logits, int n_vocab, float temperature, int top_k) {

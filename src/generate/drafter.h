@@ -58,7 +58,7 @@ class Drafter {
 // The proposal distribution: softmax(logits / temperature) over the top_k largest logits,
 // renormalised; sorted by descending probability. -infinity logits never appear.
 std::vector<TokenProb> proposal_distribution(const float* logits, int n_vocab, float temperature, int top_k);
-// Argmax, lowest id on ties (the same rule as greedy sampling).
+// Argmax over the finite logits, lowest id on ties (the same rule as greedy sampling); 0 when none is finite.
 int32_t argmax_token(const float* logits, int n_vocab);
 // Draws from a distribution that sums to 1.
 int32_t draw(const std::vector<TokenProb>& dist, std::mt19937_64& rng);

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "kernels/ops.h"
+
 namespace gem4::generate {
 namespace {
 
@@ -191,14 +193,7 @@ const std::vector<TokenProb>& Sampler::distribution(const float* logits, int n_v
   const float* l = adjusted_logits(logits, n_vocab);
 
   if (params_.temperature <= 0) {
-    int32_t best = -1;
-    float best_logit = -INFINITY;
-    for (int i = 0; i < n_vocab; ++i) {
-      if (l[i] > best_logit && l[i] <= FLT_MAX) {
-        best_logit = l[i];
-        best = i;
-      }
-    }
+    const auto best = static_cast<int32_t>(argmax_finite(l, n_vocab));
     if (best < 0) throw std::runtime_error("Sampler: no token has a finite logit");
     dist_.push_back({best, 1.0f});
     return dist_;

@@ -1,6 +1,8 @@
 #include "kernels/ops.h"
 
 #if defined(__AVX512F__)
+// GCC 12's _mm512_max_ps (through _mm512_undefined_ps) trips -Wuninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #endif
 
@@ -219,6 +221,55 @@ void softcap(float* x, int64_t n, float cap) {
   }
 #else
   softcap_reference(x, n, cap);
+#endif
+}
+
+int64_t argmax_finite_reference(const float* x, int64_t n) {
+  int64_t best = -1;
+  float best_value = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > best_value && x[i] <= std::numeric_limits<float>::max()) {
+      best = i;
+      best_value = x[i];
+    }
+  }
+  return best;
+}
+
+int64_t argmax_finite(const float* x, int64_t n) {
+#if defined(__AVX512F__)
+  // Two passes: the largest finite value per lane (four accumulators), then the first index holding
+  // the largest of those. The first pass's comparisons are strict, so ties keep the value, and the
+  // second pass finds the first occurrence: the reference's answer.
+  const __m512 fmax = _mm512_set1_ps(std::numeric_limits<float>::max());
+  auto lane_max = [&](__m512 acc, __m512 v, __mmask16 valid) {
+    const __mmask16 take = _mm512_mask_cmp_ps_mask(valid, v, acc, _CMP_GT_OQ) &
+                           _mm512_cmp_ps_mask(_mm512_abs_ps(v), fmax, _CMP_LE_OQ);
+    return _mm512_mask_mov_ps(acc, take, v);
+  };
+  __m512 acc[4];
+  for (auto& a : acc) a = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int k = 0; k < 4; ++k) acc[k] = lane_max(acc[k], _mm512_loadu_ps(x + i + 16 * k), 0xFFFF);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    acc[0] = lane_max(acc[0], _mm512_maskz_loadu_ps(m, x + i), m);
+  }
+  alignas(64) float lanes[16];  // through memory: GCC 12's _mm512_reduce_max_ps trips -Wuninitialized
+  _mm512_store_ps(lanes, _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3])));
+  const float best = *std::max_element(lanes, lanes + 16);
+  if (best == -std::numeric_limits<float>::infinity()) return -1;  // nothing finite
+  const __m512 target = _mm512_set1_ps(best);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 hit = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), target, _CMP_EQ_OQ);
+    if (hit) return i + __builtin_ctz(hit);
+  }
+  return -1;  // not reached: best is one of the values
+#else
+  return argmax_finite_reference(x, n);
 #endif
 }
 

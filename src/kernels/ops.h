@@ -38,6 +38,13 @@ void softcap(float* x, int64_t n, float cap);
 // The same with std::tanh, one element at a time (what the vectorised version is tested against).
 void softcap_reference(float* x, int64_t n, float cap);
 
+// Index of the largest finite value (the first on ties), or -1 when none is finite. Vectorised where
+// AVX-512 is compiled in: greedy decoding takes it over 262,144 logits per token, where the scalar loop
+// took ~0.2 ms.
+int64_t argmax_finite(const float* x, int64_t n);
+// The same as a plain loop (what the vectorised version is tested against).
+int64_t argmax_finite_reference(const float* x, int64_t n);
+
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy_f32(float a, const float* x, float* y, int64_t n);  // y += a * x
 
