@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -808,26 +807,6 @@ TEST(ThreadPool, SchedulesCoverEveryIndexOnce) {
         for (int64_t i = 0; i < n; ++i)
           ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 3) << "threads=" << threads << " n=" << n << " i=" << i;
       }
-    }
-  }
-}
-
-// guided_first_begins (where product_prefetch.cpp expects each thread of a decode GEMV to start) names
-// exactly the first chunks parallel_for_guided hands out: chunks go out in increasing order, so the
-// first `threads` of them are the ones with the smallest begins.
-TEST(ThreadPool, GuidedFirstBeginsMatchTheSchedule) {
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{48}, int64_t{385}, int64_t{8192}}) {
-      std::mutex mu;
-      std::vector<int64_t> begins;
-      pool.parallel_for_guided(n, 1, [&](int64_t b, int64_t, int) {
-        std::lock_guard<std::mutex> lock(mu);
-        begins.push_back(b);
-      });
-      std::sort(begins.begin(), begins.end());
-      begins.resize(std::min(begins.size(), size_t(threads)));
-      EXPECT_EQ(guided_first_begins(n, 1, threads), begins) << "threads=" << threads << " n=" << n;
     }
   }
 }

@@ -3,7 +3,6 @@
 // two sequences in one batch. Run on a generated tiny model and on the trained tiny model.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <random>
 
 #include "kernels/thread_pool.h"
@@ -124,39 +123,6 @@ TEST(Prune, GeneratedTinyModelMatchesUnpruned) {
 TEST(Prune, TrainedTinyModelMatchesUnpruned) {
   auto m = Model::load(test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf"));
   check_model(*m, m->config.sliding_window, m->config.first_shared);
-}
-
-// Decode's prefetch of the next product (kernels/product_prefetch.h) changes speed only: a prompt and
-// several decode steps (the prefetcher learns the order on the first, uses it on the next) give the
-// same logits bit for bit with it on and off.
-TEST(ForwardSwitches, PrefetchChangesNoResult) {
-  GeneratorSpec spec;
-  spec.preset = "tiny";
-  auto m = generate_model(spec, nullptr);
-  ThreadPool pool(2);
-  const int V = int(m->weights.token_embd.out);
-  auto run = [&](bool prefetch) {
-    KvCache kv(m->config, 16, 1, 8, KvType::F32);
-    Forward f(*m, &pool);
-    f.ubatch = 8;
-    f.switches.prefetch = prefetch;
-    const auto toks = tokens_for(5, V, 3);
-    Batch prompt;
-    for (int i = 0; i < 5; ++i) prompt.push_back({toks[i], i, 0, i == 4, false});
-    ForwardOutputs out;
-    std::vector<float> all;
-    f.run(prompt, kv, out);
-    all.insert(all.end(), out.logits.begin(), out.logits.end());
-    for (int step = 0; step < 4; ++step) {
-      out = ForwardOutputs();
-      f.run({{int32_t(9 + step), 5 + step, 0, true, false}}, kv, out);
-      all.insert(all.end(), out.logits.begin(), out.logits.end());
-    }
-    return all;
-  };
-  const auto with = run(true), without = run(false);
-  ASSERT_EQ(with.size(), size_t(5) * V);
-  EXPECT_EQ(0, std::memcmp(with.data(), without.data(), with.size() * sizeof(float)));
 }
 
 TEST(Prune, OutputFreeMicroBatchesSkipTheTail) {

@@ -107,7 +107,6 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("--ple-crop", "LIST", "PLE projection of tail layers only for kept rows", "1");
   a.value("--optimal-cut", "LIST", "cut inside the last KV layer (1) or at the first shared layer (0)", "1");
   a.value("--repack", "LIST", "Q8_0/Q4_0/Q4_K/Q5_K/Q6_K kernels read the weights packed at load time (1) or the GGUF layout (0)", "1");
-  a.value("--prefetch", "LIST", "decode prefetches the next product's first lines during the serial work between products (1) or not (0)", "1");
   a.value("-o,--output", "FMT", "md | json", "md");
   a.value("--svg", "FILE", "write a bar chart of t/s per test and variant");
   a.value("--seed", "N", "seed of the generated model and prompts", "42");
@@ -150,7 +149,7 @@ int cmd_bench(int argc, char** argv, int first) {
   // The ablation switches.
   std::vector<Switch> switches = {{"prune", a.list("--prune")}, {"mask_crop", a.list("--mask-crop")},
                                   {"ple_crop", a.list("--ple-crop")}, {"optimal_cut", a.list("--optimal-cut")},
-                                  {"repack", a.list("--repack")}, {"prefetch", a.list("--prefetch")}};
+                                  {"repack", a.list("--repack")}};
   for (const auto& s : switches)
     for (const auto& v : s.values)
       if (v != "0" && v != "1") throw ArgError("bench: --" + s.name + " values must be 0 or 1, got '" + v + "'");
@@ -250,7 +249,7 @@ int cmd_bench(int argc, char** argv, int first) {
     };
     std::vector<VariantRun> runs;
     for (const auto& variant : variants) {
-      const std::string& spec = variant[6];
+      const std::string& spec = variant[5];
       if (spec != "none" && (test.n_gen == 0 || test.n_prompt > 0)) continue;  // drafting: -n tests only
       VariantRun v;
       v.variant = variant;
@@ -261,7 +260,6 @@ int cmd_bench(int argc, char** argv, int first) {
       fwd.switches.mask_crop = variant[1] == "1";
       fwd.switches.ple_crop = variant[2] == "1";
       fwd.switches.optimal_cut = variant[3] == "1";
-      fwd.switches.prefetch = variant[5] == "1";
       bench::Result& r = v.r;
       r.model = model_name;
       r.model_type = model_type;
@@ -275,7 +273,7 @@ int cmd_bench(int argc, char** argv, int first) {
     }
     for (int rep = -1; rep < reps; ++rep) {  // rep -1 is an untimed warm-up
       for (VariantRun& v : runs) {
-        const std::string& spec = v.variant[6];
+        const std::string& spec = v.variant[5];
         Forward& fwd = *v.fwd;
         bench::Result& r = v.r;
         set_use_packed(v.variant[4] == "1");

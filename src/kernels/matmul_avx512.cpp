@@ -420,7 +420,7 @@ void int8_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, f
 // unpacks (exact, integers) turns the 16 rows x 2 blocks into two vectors of per-block sums with row j
 // in lane j, and the scales of the 16 rows are gathered into the same layout.
 
-constexpr int kInt8StreamMaxRows = kPackedGemvMaxRows;  // the unpacked streaming kernels too
+constexpr int kInt8StreamMaxRows = 4;
 constexpr int kStreamRows = 16;
 
 

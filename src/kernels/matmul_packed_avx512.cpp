@@ -403,7 +403,6 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
     first_panel[j + 1] = first_panel[j] + (targets[j].w.out + kPackedPanelRows - 1) / kPackedPanelRows;
   }
   const size_t panel_bytes = size_t(nb) * packed_block_bytes(targets[0].w.type);
-  // (prefetch_product_start, product_prefetch.cpp, predicts where this schedule starts each thread.)
   parallel_for_guided(pool, first_panel[count], 1, [&](int64_t p0, int64_t p1, int) {
     int j = 0;
     for (int64_t p = p0; p < p1; ++p) {

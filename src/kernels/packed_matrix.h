@@ -36,8 +36,6 @@ namespace gem4 {
 class ThreadPool;
 
 constexpr int kPackedPanelRows = 32;
-// Products with up to this many activation rows (decode) stream the packed copies (GEMV kernels).
-constexpr int kPackedGemvMaxRows = 4;
 // Q4_K's packed super-block: fp16 d and dmin of the 32 rows, then 8 blocks of nibbles, scales and mins.
 constexpr size_t kPackedQ4KHeaderBytes = 128, kPackedQ4KBlockBytes = 512 + 32 + 32;
 constexpr size_t kPackedQ4KSuperBytes = kPackedQ4KHeaderBytes + 8 * kPackedQ4KBlockBytes;

@@ -101,7 +101,7 @@ void ThreadPool::hand_out(int64_t n, int64_t min_chunk, int64_t parts,
   run_on_all([&](int t) {
     int64_t begin = next.load(std::memory_order_relaxed);
     while (begin < n) {
-      const int64_t size = parts > 0 ? std::max(min_chunk, (n - begin) / parts) : min_chunk;  // see guided_chunk
+      const int64_t size = parts > 0 ? std::max(min_chunk, (n - begin) / parts) : min_chunk;
       const int64_t end = std::min(n, begin + size);
       // On failure `begin` is reloaded with the current position and the chunk recomputed from it.
       if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
@@ -120,19 +120,6 @@ void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk,
 void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
                                      const std::function<void(int64_t, int64_t, int)>& fn) {
   hand_out(n, min_chunk, 2 * int64_t(n_threads_), fn);
-}
-
-int64_t guided_chunk(int64_t n, int64_t begin, int64_t min_chunk, int threads) {
-  return std::max(std::max<int64_t>(1, min_chunk), (n - begin) / (2 * int64_t(std::max(1, threads))));
-}
-
-std::vector<int64_t> guided_first_begins(int64_t n, int64_t min_chunk, int threads) {
-  std::vector<int64_t> begins;
-  for (int64_t begin = 0; begin < n && int(begins.size()) < std::max(1, threads);
-       begin += guided_chunk(n, begin, min_chunk, threads)) {
-    begins.push_back(begin);
-  }
-  return begins;
 }
 
 void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,

@@ -49,12 +49,6 @@ class ThreadPool {
   bool stop_ = false;
 };
 
-// The size of the chunk parallel_for_guided hands out at `begin` of [0, n) on `threads` threads.
-int64_t guided_chunk(int64_t n, int64_t begin, int64_t min_chunk, int threads);
-// Where the first `threads` chunks of that schedule begin: each thread's first chunk, whichever thread
-// takes which (fewer when n runs out first).
-std::vector<int64_t> guided_first_begins(int64_t n, int64_t min_chunk, int threads);
-
 // Runs fn serially when pool is null.
 void parallel_for(ThreadPool* pool, int64_t n, int64_t grain,
                   const std::function<void(int64_t, int64_t, int)>& fn);

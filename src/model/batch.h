@@ -29,9 +29,6 @@ struct PlanSwitches {
   bool optimal_cut = true;  // cut inside layer K-1 (after its K/V write) rather than at the input of layer K
   // Numerics, not plan: GELU by the exact tanh formula instead of llama.cpp's f16 table (ops.h).
   bool exact_gelu = false;
-  // Speed only: decode prefetches the next product's first lines during the serial work before it
-  // (kernels/product_prefetch.h).
-  bool prefetch = true;
 };
 
 struct MicroBatchPlan {

@@ -58,7 +58,6 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
     matmul_shared_input(targets, count, x, rows, ldx, pool_);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (switches.prefetch) prefetcher_.after(targets, count, rows, pool_);
   double macs = 0;
   for (int j = 0; j < count; ++j) {
     const MatrixView& w = targets[j].w;

@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/product_prefetch.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -71,7 +70,6 @@ class Forward {
   const ModelConfig& c_;
   const ModelWeights& w_;
   ThreadPool* pool_;
-  ProductPrefetcher prefetcher_;  // decode: the next product's first lines during the serial work
 
   // State of the current micro-batch; row i of every buffer is the i-th active row.
   int n_ = 0;                     // active rows
