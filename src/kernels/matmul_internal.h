@@ -13,7 +13,8 @@ namespace gem4::matmul_detail {
 // "_1" types, a min m): weight = d * (u - offset) + m. Their fast path quantizes the activations to 8
 // bits per block as llama.cpp does (q8_0, or q8_1 with s = d * sum(q) when there is a min) and
 // multiplies integers: sum_i w_i x_i = d_w d_x (sum_i u_i q_i - offset * sum_i q_i) + m_w s_x.
-// (The AVX-512 path treats the K-quants the same way, 32 elements at a time; see block_decode_avx512.h.)
+// (The AVX-512 path treats the K-quants the same way, 32 elements at a time, with activations quantized
+// per 256 as llama.cpp's Q8_K; see block_decode_avx512.h.)
 struct Int8Format {
   int offset = 0;        // 128 for Q8_0 (signed bytes biased to unsigned), 8 for Q4_0, 16 for Q5_0
   bool has_min = false;  // Q4_1, Q5_1
