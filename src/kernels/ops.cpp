@@ -132,6 +132,11 @@ void softcap_reference(float* x, int64_t n, float cap) {
 #if defined(__AVX512F__)
 namespace {
 
+// The lanes of elements [i, min(i + 16, n)): whole vectors, then the masked tail.
+__mmask16 tail_mask(int64_t n, int64_t i) {
+  return n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+}
+
 // e^y for -104 <= y <= 88 (and NaN): y = n ln2 + r with |r| <= ln2/2 (ln2 in two parts so n ln2 is
 // exact enough), e^r by the degree-6 polynomial of Cephes' expf, then scaled by 2^n exactly
 // (vscalefps, which also rounds the subnormal results below e^-87.3 correctly).
@@ -180,7 +185,7 @@ void softmax(float* x, int64_t n) {
   // As the reference: max, then e^(x - max) summed in double, then scaled by 1 / sum; 16 lanes at a
   // time (masked tail), the sum in 16 double lanes added in a fixed order at the end. Arguments below
   // -104 (e^-104 is below the smallest subnormal; -inf for masked keys) give 0.
-  auto mask = [n](int64_t i) { return n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1); };
+  auto mask = [n](int64_t i) { return tail_mask(n, i); };
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; i += 16) mx = _mm512_mask_max_ps(mx, mask(i), mx, _mm512_maskz_loadu_ps(mask(i), x + i));
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
@@ -215,7 +220,7 @@ void softcap(float* x, int64_t n, float cap) {
   // depend on where it sits in the array or how the array is split between threads.
   const __m512 c = _mm512_set1_ps(cap), inv = _mm512_set1_ps(1.0f / cap);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 m = tail_mask(n, i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(c, tanh_ps(_mm512_mul_ps(v, inv))));
   }
@@ -254,16 +259,15 @@ int64_t argmax_finite(const float* x, int64_t n) {
     for (int k = 0; k < 4; ++k) acc[k] = lane_max(acc[k], _mm512_loadu_ps(x + i + 16 * k), 0xFFFF);
   }
   for (; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 m = tail_mask(n, i);
     acc[0] = lane_max(acc[0], _mm512_maskz_loadu_ps(m, x + i), m);
   }
-  alignas(64) float lanes[16];  // through memory: GCC 12's _mm512_reduce_max_ps trips -Wuninitialized
-  _mm512_store_ps(lanes, _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3])));
-  const float best = *std::max_element(lanes, lanes + 16);
+  const float best =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3])));
   if (best == -std::numeric_limits<float>::infinity()) return -1;  // nothing finite
   const __m512 target = _mm512_set1_ps(best);
   for (i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 m = tail_mask(n, i);
     const __mmask16 hit = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), target, _CMP_EQ_OQ);
     if (hit) return i + __builtin_ctz(hit);
   }
