@@ -38,7 +38,7 @@ $(ASAN_BUILD)/build.ninja: | deps
 
 test-asan: $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target gem4_tests gem4
-	GEM4_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	GEM4_PACK_CACHE=off GEM4_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(ASAN_BUILD)/bin/gem4_tests --gtest_filter='-*Slow*' --gtest_brief=1
 
 FUZZ_SECONDS ?= 60

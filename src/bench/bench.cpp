@@ -116,6 +116,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.flag("--draft-adaptive", "tune the draft length from acceptance and measured step costs");
   a.flag("--roofline", "measure this machine's int8/bf16/fp32 peaks and read bandwidth; report fractions");
   declare_thread_flag(a);
+  declare_load_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
     return 0;
@@ -164,7 +165,7 @@ int cmd_bench(int argc, char** argv, int first) {
   std::string model_name;
   if (a.has("-m")) {
     model_name = a.str("-m");
-    model = Model::load(model_name);
+    model = Model::load(model_name, load_options(a));
   } else {
     GeneratorSpec spec;
     spec.preset = a.str("--preset");
@@ -178,7 +179,7 @@ int cmd_bench(int argc, char** argv, int first) {
     model = generate_model(spec, &pool);
   }
   std::unique_ptr<Model> draft_model;
-  if (a.has("-md")) draft_model = Model::load(a.str("-md"));
+  if (a.has("-md")) draft_model = Model::load(a.str("-md"), load_options(a));
   const ParamCount pc = count_params(model->tensors);
   const std::string model_type = describe_type(*model);
   std::fprintf(stderr, "bench: %s ready in %.1f s: %.2f B params, %s; %d threads, ISA %s\n", model_type.c_str(),
@@ -443,9 +444,10 @@ int cmd_bench(int argc, char** argv, int first) {
                   " decode: weight bytes per token over the whole token time, then the share of that time spent inside the\n"
                   " matrix products and the bandwidth they reach while running)\n");
     }
-    std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed at load %s\n",
+    std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s)\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
-                kv_type_name(kv_type), max_ctx, human_bytes(double(model->packed.bytes())).c_str());
+                kv_type_name(kv_type), max_ctx, human_bytes(double(model->packed.bytes())).c_str(),
+                model->packed_origin.empty() ? "packed at load" : model->packed_origin.c_str());
   }
   if (a.has("--svg")) {
     std::ofstream f(a.str("--svg"));

@@ -74,7 +74,7 @@ int cmd_chat(int argc, char** argv, int first) {
     return 0;
   }
   if (!a.has("-m")) throw ArgError("chat: -m FILE is required");
-  auto model = Model::load(a.str("-m"));
+  auto model = Model::load(a.str("-m"), load_options(a));
   const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
   const bool think = a.on("--think");

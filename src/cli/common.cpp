@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include "model/packed_cache.h"
+
 namespace gem4::cli {
 
 void declare_plan_flags(Args& a) {
@@ -36,6 +38,20 @@ int thread_count(const Args& a) {
   const long long n = a.integer("-t");
   if (n < 1 || n > 1024) throw ArgError("flag '-t' must be between 1 and 1024");
   return int(n);
+}
+
+void declare_load_flags(Args& a) {
+  a.value("--pack-cache", "DIR|off",
+          "keep the weights packed for the kernels in DIR, so later loads map them instead of repacking "
+          "(off: pack at every load)",
+          "$GEM4_PACK_CACHE, else $XDG_CACHE_HOME/gem4 or ~/.cache/gem4");
+}
+
+LoadOptions load_options(const Args& a) {
+  LoadOptions o;
+  o.packed_cache_dir = default_packed_cache_dir();
+  if (a.has("--pack-cache")) o.packed_cache_dir = a.str("--pack-cache") == "off" ? "" : a.str("--pack-cache");
+  return o;
 }
 
 namespace {

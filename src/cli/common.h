@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
+#include "model/model.h"
 
 namespace gem4::cli {
 
@@ -15,6 +16,9 @@ PlanSwitches plan_switches(const Args& a);
 // -t/--threads (default: all cores)
 void declare_thread_flag(Args& a);
 int thread_count(const Args& a);
+// --pack-cache DIR|off: where packed weights are kept between runs (model/packed_cache.h)
+void declare_load_flags(Args& a);
+LoadOptions load_options(const Args& a);
 
 // Peak resident set size of this process, in bytes (from /proc/self/status VmHWM).
 long long peak_rss_bytes();

@@ -24,6 +24,7 @@ int cmd_eval(int argc, char** argv, int first) {
   a.flag("--all-logits", "write logits for every position (default: only the last)");
   a.value("--out", "FILE", "where to write the logits");
   declare_thread_flag(a);
+  declare_load_flags(a);
   declare_plan_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
@@ -42,7 +43,7 @@ int cmd_eval(int argc, char** argv, int first) {
   if (ids.empty()) throw ArgError("eval: --ids is empty");
   const int ubatch = int(a.integer("--ubatch"));
   if (ubatch < 1) throw ArgError("eval: --ubatch must be >= 1");
-  auto model = Model::load(a.str("-m"));
+  auto model = Model::load(a.str("-m"), load_options(a));
   ThreadPool pool(thread_count(a));
   KvCache kv(model->config, std::max<int>(int(ids.size()), 1), 1, ubatch, kv_type_from_name(a.str("--kv-type")));
   Forward fwd(*model, &pool);

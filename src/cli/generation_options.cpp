@@ -17,6 +17,7 @@ void declare_session_flags(Args& a) {
   a.value("--ubatch", "N", "micro-batch size for prompt processing", "512");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
   declare_thread_flag(a);
+  declare_load_flags(a);
   declare_plan_flags(a);
 }
 

@@ -27,13 +27,14 @@ int cmd_perplexity(int argc, char** argv, int first) {
   a.value("--chunks", "N", "score at most N chunks");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f32");
   declare_thread_flag(a);
+  declare_load_flags(a);
   declare_plan_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
     return 0;
   }
   if (!a.has("-m")) throw ArgError("perplexity: -m FILE is required");
-  auto model = Model::load(a.str("-m"));
+  auto model = Model::load(a.str("-m"), load_options(a));
   std::vector<int32_t> tokens;
   if (a.has("--ids-file")) {
     std::ifstream f(a.str("--ids-file"));

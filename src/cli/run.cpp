@@ -71,11 +71,11 @@ int cmd_run(int argc, char** argv, int first) {
   const std::string prompt_text = read_prompt(a);
 
   const double t_load0 = seconds_since_process_start();
-  auto model = Model::load(a.str("-m"));
+  auto model = Model::load(a.str("-m"), load_options(a));
   const double t_load1 = seconds_since_process_start();
   const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
-  std::fprintf(stderr, "load: model %.3f s (%s of weights packed for the kernels), tokenizer %.3f s\n",
-               t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(),
+  std::fprintf(stderr, "load: model %.3f s (%s of weights packed for the kernels: %s), tokenizer %.3f s\n",
+               t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(), model->packed_origin.c_str(),
                seconds_since_process_start() - t_load1);
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
 
@@ -99,7 +99,7 @@ int cmd_run(int argc, char** argv, int first) {
   std::fprintf(stderr, "%s\n", describe_sampling(req.sampling).c_str());
 
   std::unique_ptr<Model> draft_model;
-  if (a.has("-md")) draft_model = Model::load(a.str("-md"));
+  if (a.has("-md")) draft_model = Model::load(a.str("-md"), load_options(a));
   auto drafter = generate::make_drafter(a.str("--spec"), *model, {draft_model.get()}, &pool, opt);
   generate::SpecOptions spec_opt;
   spec_opt.draft_max = int(a.integer("--draft-max"));

@@ -94,6 +94,8 @@ class GgufFile {
   const TensorInfo* find_tensor(const std::string& name) const;
   // Pointer to the tensor bytes inside the mapping (valid while this object lives).
   const uint8_t* tensor_data(const TensorInfo& t) const;
+  // The whole file image (file_size() bytes): the mapping, or the in-memory copy.
+  const uint8_t* image() const { return base_; }
 
  private:
   GgufFile() = default;

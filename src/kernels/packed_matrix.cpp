@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
+
+#include <sys/mman.h>
 
 #include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
@@ -202,10 +205,57 @@ void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool) {
   });
 }
 
+bool wants_packed_copy(const MatrixView& w) {
+  return packable_type(w.type) && active_isa() == Isa::Avx512 && w.out > 0 && w.in > 0 && w.in % kQK == 0;
+}
+
+uint64_t packed_layout_fingerprint() {
+  // 33 rows (a whole panel and a padded one) of 512 elements (two K-quant super-blocks), from a fixed
+  // byte sequence: every layout rule (interleaving, padding, scale placement) shows in the hash.
+  constexpr int64_t kRows = 33, kIn = 512;
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  auto mix = [&h](const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const size_t row_bytes = ggml_row_bytes(t, kIn);
+    std::vector<uint8_t> src(row_bytes * kRows);
+    uint32_t state = 12345u + uint32_t(t);
+    for (uint8_t& b : src) {
+      state = state * 1664525u + 1013904223u;
+      b = uint8_t(state >> 24);
+    }
+    MatrixView w;
+    w.type = t;
+    w.data = src.data();
+    w.in = kIn;
+    w.out = kRows;
+    w.row_bytes = row_bytes;
+    std::vector<uint8_t> dst(packed_matrix_bytes(w));
+    pack_matrix(w, dst.data(), nullptr);
+    const uint32_t tag = uint32_t(t);
+    mix(reinterpret_cast<const uint8_t*>(&tag), sizeof tag);
+    mix(dst.data(), dst.size());
+  }
+  return h;
+}
+
 void PackedStore::Free::operator()(uint8_t* p) const { std::free(p); }
+void PackedStore::Unmap::operator()(void* p) const { munmap(p, length); }
+
+void PackedStore::adopt_mapping(void* base, size_t length) {
+  mappings_.push_back(std::unique_ptr<void, Unmap>(base, Unmap{length}));
+}
+
+MatrixView PackedStore::attach(const MatrixView& w, const uint8_t* copy) {
+  bytes_ += packed_matrix_bytes(w);
+  MatrixView v = w;
+  v.packed = copy;
+  return v;
+}
 
 MatrixView PackedStore::add(const MatrixView& w, ThreadPool* pool) {
-  if (!packable_type(w.type) || active_isa() != Isa::Avx512 || w.out == 0 || w.in % kQK != 0) return w;
+  if (!wants_packed_copy(w)) return w;
   const size_t bytes = packed_matrix_bytes(w);
   const size_t alloc = (bytes + 4095) / 4096 * 4096;
   auto* mem = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
@@ -214,6 +264,7 @@ MatrixView PackedStore::add(const MatrixView& w, ThreadPool* pool) {
   // 0.6 s (the kernel compacts memory to find 2 MiB pages) and decode no faster.
   buffers_.emplace_back(mem);
   pack_matrix(w, mem, pool);
+  copies_.push_back({mem, bytes});
   bytes_ += bytes;
   MatrixView v = w;
   v.packed = mem;

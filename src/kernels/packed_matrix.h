@@ -64,19 +64,44 @@ bool use_packed();
 // (the only ones that know the layout) are active.
 bool reads_packed(const MatrixView& w);
 
-// Owns packed copies of matrices (one 64-byte aligned allocation each).
+// Whether w gets a packed copy: its type has a packed layout, the AVX-512 kernels are active and the
+// shape fits (rows, whole 32-element blocks).
+bool wants_packed_copy(const MatrixView& w);
+
+// A fingerprint of the packed layouts: a hash of the bytes pack_matrix writes for a fixed matrix of each
+// packable type. It changes whenever a layout does, so packed copies kept on disk by an older build are
+// never read as if they were current (model/packed_cache.h).
+uint64_t packed_layout_fingerprint();
+
+// Owns packed copies of matrices: one 4096-byte aligned allocation each, or views into a read-only
+// mapping of a file that holds them (model/packed_cache.h).
 class PackedStore {
  public:
-  // Packs w if its type has a packed layout and the AVX-512 kernels are active; returns w with
-  // `packed` set (or w unchanged).
+  // Packs w if wants_packed_copy(w); returns w with `packed` set (or w unchanged).
   MatrixView add(const MatrixView& w, ThreadPool* pool);
+  // Keeps a mapping (released with munmap) whose bytes hold packed copies.
+  void adopt_mapping(void* base, size_t length);
+  // w with `packed` pointing at `copy` (inside an adopted mapping, packed_matrix_bytes(w) bytes).
+  MatrixView attach(const MatrixView& w, const uint8_t* copy);
   size_t bytes() const { return bytes_; }
+  // The packed copies made by add(), in the order they were made (for writing them to a file).
+  struct Copy {
+    const uint8_t* data;
+    size_t bytes;
+  };
+  const std::vector<Copy>& copies() const { return copies_; }
 
  private:
   struct Free {
     void operator()(uint8_t* p) const;
   };
+  struct Unmap {
+    size_t length;
+    void operator()(void* p) const;
+  };
   std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  std::vector<std::unique_ptr<void, Unmap>> mappings_;
+  std::vector<Copy> copies_;
   size_t bytes_ = 0;
 };
 

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
+#include "model/packed_cache.h"
 
 namespace gem4 {
 
@@ -29,29 +32,67 @@ void for_each_matrix(ModelWeights& w, Fn&& fn) {
   }
 }
 
-// Packs the matrices (on AVX-512 CPUs; a no-op elsewhere). With `release_mapping`, the packed tensors'
-// pages of the file mapping are dropped afterwards: the kernels no longer read them (other than the
+// The matrices that get packed copies (on AVX-512 CPUs; none elsewhere).
+std::vector<MatrixView*> matrices_to_pack(ModelWeights& w) {
+  std::vector<MatrixView*> out;
+  for_each_matrix(w, [&](MatrixView& v) {
+    if (v.data && !v.packed && wants_packed_copy(v)) out.push_back(&v);
+  });
+  return out;
+}
+
+void pack_all(Model& m, std::span<MatrixView* const> matrices) {
+  if (matrices.empty()) return;
+  ThreadPool pool(int(std::max(1u, std::min(std::thread::hardware_concurrency(), 16u))));
+  for (MatrixView* v : matrices) *v = m.packed.add(*v, &pool);
+}
+
+// Drops the packed tensors' pages of the file mapping: the kernels no longer read them (other than the
 // embedding rows of tokens seen, which fault back in from the page cache), so resident memory stays
 // about one copy of the weights.
-void pack_matrices(Model& m, bool release_mapping) {
-  if (active_isa() != Isa::Avx512) return;
-  ThreadPool pool(int(std::max(1u, std::min(std::thread::hardware_concurrency(), 16u))));
+void release_file_pages(std::span<MatrixView* const> matrices) {
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  for_each_matrix(m.weights, [&](MatrixView& v) {
-    if (!v.data || v.packed || !packable_type(v.type)) return;
-    v = m.packed.add(v, &pool);
-    if (release_mapping && v.packed) {
-      const auto start = reinterpret_cast<uintptr_t>(v.data);
-      const uintptr_t begin = (start + page - 1) / page * page;
-      const uintptr_t end = (start + size_t(v.out) * v.row_bytes) / page * page;
-      if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  for (const MatrixView* v : matrices) {
+    const auto start = reinterpret_cast<uintptr_t>(v->data);
+    const uintptr_t begin = (start + page - 1) / page * page;
+    const uintptr_t end = (start + size_t(v->out) * v->row_bytes) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
+}
+
+// Gives a file's matrices their packed copies: mapped from the cache file when it is current, else
+// packed here (and written to the cache for next time).
+void pack_file_matrices(Model& m, const LoadOptions& opt) {
+  const std::vector<MatrixView*> matrices = matrices_to_pack(m.weights);
+  if (matrices.empty()) {
+    m.packed_origin = "no packed copies (no matrix has a packed layout on this CPU)";
+    return;
+  }
+  std::string why_not_mapped;
+  if (!opt.packed_cache_dir.empty() &&
+      map_packed_cache(opt.packed_cache_dir, *m.file, matrices, m.packed, &why_not_mapped)) {
+    m.packed_origin = "mapped from " + packed_cache_path(opt.packed_cache_dir, m.file->path());
+    release_file_pages(matrices);
+    return;
+  }
+  pack_all(m, matrices);
+  if (opt.packed_cache_dir.empty()) {
+    m.packed_origin = "packed at load (no cache)";
+  } else {
+    std::string why_not_written;
+    if (write_packed_cache(opt.packed_cache_dir, *m.file, matrices, &why_not_written)) {
+      m.packed_origin = "packed at load (" + why_not_mapped + "); written to " +
+                        packed_cache_path(opt.packed_cache_dir, m.file->path()) + " for later loads";
+    } else {
+      m.packed_origin = "packed at load (" + why_not_mapped + "); cache not written: " + why_not_written;
     }
-  });
+  }
+  release_file_pages(matrices);
 }
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opt) {
   auto m = std::make_unique<Model>();
   m->file = gguf::GgufFile::open(path);
   m->tensors = tensor_table_from_gguf(*m->file);
@@ -65,7 +106,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     const uintptr_t end = (reinterpret_cast<uintptr_t>(it->second.data) + it->second.nbytes) / page * page;
     if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
   }
-  pack_matrices(*m, /*release_mapping=*/true);
+  pack_file_matrices(*m, opt);
   return m;
 }
 
@@ -77,7 +118,8 @@ std::unique_ptr<Model> Model::from_memory(std::unique_ptr<gguf::GgufFile> meta, 
   m->tensors = std::move(tensors);
   m->config = ModelConfig::from_gguf(*m->file);
   m->weights = ModelWeights::bind(m->config, m->tensors, m->file->path());
-  pack_matrices(*m, /*release_mapping=*/false);  // the generator's memory is not a file mapping
+  pack_all(*m, matrices_to_pack(m->weights));  // no cache: the generator's memory is not a file
+  m->packed_origin = "packed at load (an in-memory model)";
   return m;
 }
 

@@ -12,16 +12,24 @@
 
 namespace gem4 {
 
+// How Model::load treats a file.
+struct LoadOptions {
+  // Folder of the packed-weight cache (model/packed_cache.h); empty: pack at every load, write nothing.
+  // The front ends default to default_packed_cache_dir(); library callers opt in.
+  std::string packed_cache_dir;
+};
+
 struct Model {
   std::unique_ptr<gguf::GgufFile> file;  // metadata (and, for a file on disk, the tensor mapping)
   std::shared_ptr<void> storage;         // tensor memory of an in-memory (generated) model
   TensorTable tensors;
   ModelConfig config;
   ModelWeights weights;
-  PackedStore packed;                    // packed copies of weights' matrices (see pack_matrices)
+  PackedStore packed;                    // packed copies of weights' matrices (see pack_file_matrices)
+  std::string packed_origin;             // where the packed copies came from, for the front ends to print
 
   // Opens a GGUF file (mmap); throws with the file name and the offending key or tensor.
-  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opt = {});
   // A model whose metadata comes from `meta` and whose tensors live in `storage`.
   static std::unique_ptr<Model> from_memory(std::unique_ptr<gguf::GgufFile> meta, TensorTable tensors,
                                             std::shared_ptr<void> storage);

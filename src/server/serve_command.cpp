@@ -77,6 +77,7 @@ int cmd_serve(int argc, char** argv, int first) {
   a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish",
           "30");
   declare_thread_flag(a);
+  declare_load_flags(a);
   declare_plan_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
@@ -126,7 +127,7 @@ int cmd_serve(int argc, char** argv, int first) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  auto model = Model::load(a.str("-m"));
+  auto model = Model::load(a.str("-m"), load_options(a));
   const text::Tokenizer tokenizer = text::Tokenizer::from_gguf(*model->file);
   const int n_ctx_train = model->config.n_ctx_train > 0 ? model->config.n_ctx_train : 4096;
   so.n_ctx = a.has("--ctx") ? int(int_flag("--ctx", 2, 1 << 24)) : std::min(n_ctx_train, 4096);

@@ -1,0 +1,46 @@
+// Packed copies of a GGUF file's matrices, kept on disk between runs.
+//
+// Packing an E2B Q4_0 file makes 1.28 GiB of new anonymous memory at every start. Touching that much
+// fresh memory costs the kernel 0.6 s on the target VMs, and several seconds when the host is slow to
+// hand pages over; the same bytes read back from a file in the page cache map in about 0.1 s. So the
+// first load of a file writes its packed copies to `<dir>/<file name>-<hash of its path>.gem4pack`, and
+// later loads map that file instead of packing.
+//
+// A cache file is used only if everything it was made from still holds: the GGUF file's size,
+// modification time, inode and device; each matrix's position in it, type and shape; and the packed
+// layouts themselves (packed_layout_fingerprint(), so a build whose layout changed repacks). Anything
+// else (missing, stale, truncated, unreadable) means packing as usual and rewriting the file. A file is
+// written under a temporary name, synced, then renamed, so readers see a complete file or none.
+#pragma once
+#include <span>
+#include <string>
+
+#include "kernels/matmul.h"
+#include "kernels/packed_matrix.h"
+
+namespace gem4 {
+
+namespace gguf {
+class GgufFile;
+}
+
+// The cache folder when the user names none: $GEM4_PACK_CACHE if set ("off" or "" turns the cache off),
+// else $XDG_CACHE_HOME/gem4, else $HOME/.cache/gem4; "" (off) when none of them is set.
+std::string default_packed_cache_dir();
+
+// Where the cache file of `gguf_path` lives in `dir`.
+std::string packed_cache_path(const std::string& dir, const std::string& gguf_path);
+
+// Tries to map the cache file of `file` from `dir`: on success sets each matrix's `packed` to its copy
+// (the mapping is kept by `store`) and returns true. On failure leaves everything as it was, returns
+// false and says why in *why ("no cache file yet", "made from another version of the file", ...).
+bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
+                      PackedStore& store, std::string* why);
+
+// Writes the packed copies of `matrices` (each `packed` set, all from `file`) to the cache file of
+// `file` in `dir`, creating `dir`. Returns false and says why in *why if it could not (no space, a
+// read-only folder, ...); a failed write leaves no file behind.
+bool write_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
+                        std::string* why);
+
+}  // namespace gem4

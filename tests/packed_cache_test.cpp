@@ -1,0 +1,220 @@
+// The packed-weight cache (model/packed_cache.h): a second load maps what the first one wrote, bit for
+// bit the same copies and logits; a cache that no longer matches its GGUF file (file changed, cache
+// truncated or edited, another layout) is never used; a folder that cannot be written costs nothing but
+// the cache.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "kernels/cpu_features.h"
+#include "kernels/packed_matrix.h"
+#include "kernels/thread_pool.h"
+#include "model/forward.h"
+#include "model/generator.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/packed_cache.h"
+
+namespace gem4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PackedCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("gem4_packed_cache_" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    gguf_ = (root_ / "model.gguf").string();
+    dir_ = (root_ / "cache").string();
+    GeneratorSpec spec;
+    spec.preset = "tiny";
+    spec.type = GgmlType::Q8_0;  // Q8_0 matrices and a Q6_K embedding table: two packed layouts
+    spec.seed = 7;
+    ThreadPool pool(2);
+    write_generated_model(spec, gguf_, &pool);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::unique_ptr<Model> load(const std::string& dir) { return Model::load(gguf_, LoadOptions{dir}); }
+  std::string cache_file() const { return packed_cache_path(dir_, gguf_); }
+
+  fs::path root_;
+  std::string gguf_, dir_;
+};
+
+// Every matrix of the model with its packed copy (or none), in one fixed order.
+std::vector<const MatrixView*> matrices(const Model& m) {
+  std::vector<const MatrixView*> out = {&m.weights.token_embd, &m.weights.ple_model_proj};
+  for (const LayerWeights& l : m.weights.layers) {
+    for (const MatrixView* v : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up,
+                                &l.ffn_down, &l.ple_inp_gate, &l.ple_proj}) {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// The packed copies of a and b hold the same bytes; returns how many matrices have one.
+int expect_same_packed(const Model& a, const Model& b) {
+  const auto ma = matrices(a), mb = matrices(b);
+  int packed = 0;
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]->packed == nullptr, mb[i]->packed == nullptr) << "matrix " << i;
+    if (!ma[i]->packed || !mb[i]->packed) continue;
+    ++packed;
+    EXPECT_EQ(std::memcmp(ma[i]->packed, mb[i]->packed, packed_matrix_bytes(*ma[i])), 0) << "matrix " << i;
+  }
+  return packed;
+}
+
+std::vector<float> logits(const Model& m) {
+  ThreadPool pool(2);
+  KvCache kv(m.config, 16, 1, 16, KvType::F32);
+  Forward f(m, &pool);
+  f.ubatch = 16;
+  Batch b;
+  for (int i = 0; i < 6; ++i) b.push_back({int32_t(2 + 3 * i), i, 0, i == 5, false});
+  ForwardOutputs out;
+  f.run(b, kv, out);
+  return out.logits;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST_F(PackedCache, SecondLoadMapsTheCopiesTheFirstWrote) {
+  if (active_isa() != Isa::Avx512) {
+    // Only the AVX-512 kernels read packed copies; elsewhere nothing is packed or written.
+    auto m = load(dir_);
+    EXPECT_EQ(m->packed.bytes(), 0u);
+    EXPECT_FALSE(fs::exists(cache_file()));
+    return;
+  }
+  auto plain = load("");
+  EXPECT_EQ(plain->packed_origin, "packed at load (no cache)");
+  EXPECT_FALSE(fs::exists(dir_)) << "no cache folder: nothing may be written";
+
+  auto first = load(dir_);
+  EXPECT_TRUE(starts_with(first->packed_origin, "packed at load (no cache file yet")) << first->packed_origin;
+  EXPECT_NE(first->packed_origin.find("written to " + cache_file()), std::string::npos) << first->packed_origin;
+  ASSERT_TRUE(fs::exists(cache_file()));
+  for (const auto& e : fs::directory_iterator(dir_)) EXPECT_EQ(e.path().string(), cache_file()) << "leftover file";
+
+  auto second = load(dir_);
+  EXPECT_EQ(second->packed_origin, "mapped from " + cache_file());
+  EXPECT_EQ(second->packed.bytes(), plain->packed.bytes());
+  EXPECT_GT(expect_same_packed(*plain, *second), 10);
+  expect_same_packed(*first, *second);
+  const auto want = logits(*plain), got = logits(*second);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(want, got) << "logits from mapped copies differ from freshly packed ones";
+}
+
+TEST_F(PackedCache, ChangedModelFileIsRepacked) {
+  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  load(dir_);
+  ASSERT_TRUE(fs::exists(cache_file()));
+  // Same bytes, newer modification time: the cache cannot know the file is unchanged.
+  fs::last_write_time(gguf_, fs::last_write_time(gguf_) + std::chrono::seconds(5));
+  auto m = load(dir_);
+  EXPECT_NE(m->packed_origin.find("made from another version of " + gguf_), std::string::npos) << m->packed_origin;
+  EXPECT_NE(m->packed_origin.find("written to"), std::string::npos) << m->packed_origin;
+  EXPECT_EQ(load(dir_)->packed_origin, "mapped from " + cache_file());
+}
+
+TEST_F(PackedCache, DamagedCacheFileIsNeverUsed) {
+  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  auto plain = load("");
+  load(dir_);
+  const auto size = fs::file_size(cache_file());
+  struct Damage {
+    const char* what;
+    std::function<void(const std::string&)> apply;
+    const char* reason;
+  };
+  const std::vector<Damage> damages = {
+      {"truncated", [&](const std::string& p) { fs::resize_file(p, size / 2); }, "do not match"},
+      {"empty", [&](const std::string& p) { fs::resize_file(p, 0); }, "cannot read its header"},
+      {"bad magic", [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.write("GGUF", 4);
+       }, "not a gem4 packed-weight cache"},
+      {"other layout", [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(16);  // layout_fingerprint
+         f.write("\x01\x02\x03\x04", 4);
+       }, "other packed layouts"},
+      {"edited matrix table", [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(72 + 8);  // first entry's type
+         f.write("\x7f", 1);
+       }, "matrix table does not match"},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.what);
+    d.apply(cache_file());
+    auto m = load(dir_);
+    EXPECT_NE(m->packed_origin.find(d.reason), std::string::npos) << m->packed_origin;
+    EXPECT_NE(m->packed_origin.find("written to"), std::string::npos) << m->packed_origin;
+    expect_same_packed(*plain, *m);
+    EXPECT_EQ(fs::file_size(cache_file()), size) << "the rewritten cache is whole again";
+    EXPECT_EQ(load(dir_)->packed_origin, "mapped from " + cache_file());
+  }
+}
+
+TEST_F(PackedCache, UnwritableFolderOnlyCostsTheCache) {
+  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  const std::string blocker = (root_ / "a-file").string();
+  std::ofstream(blocker) << "not a folder";
+  auto m = load(blocker + "/cache");
+  EXPECT_NE(m->packed_origin.find("cache not written: cannot create " + blocker + "/cache"), std::string::npos)
+      << m->packed_origin;
+  EXPECT_GT(m->packed.bytes(), 0u);
+  EXPECT_FALSE(logits(*m).empty());
+}
+
+TEST(PackedCacheDir, DefaultFollowsTheEnvironment) {
+  struct Saved {
+    const char* name;
+    std::optional<std::string> value;
+  };
+  std::vector<Saved> saved;
+  for (const char* n : {"GEM4_PACK_CACHE", "XDG_CACHE_HOME", "HOME"}) {
+    const char* v = std::getenv(n);
+    saved.push_back({n, v ? std::optional<std::string>(v) : std::nullopt});
+  }
+  setenv("GEM4_PACK_CACHE", "off", 1);
+  EXPECT_EQ(default_packed_cache_dir(), "");
+  setenv("GEM4_PACK_CACHE", "/x/y", 1);
+  EXPECT_EQ(default_packed_cache_dir(), "/x/y");
+  unsetenv("GEM4_PACK_CACHE");
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(default_packed_cache_dir(), "/xdg/gem4");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(default_packed_cache_dir(), "/home/u/.cache/gem4");
+  unsetenv("HOME");
+  EXPECT_EQ(default_packed_cache_dir(), "");
+  for (const Saved& s : saved) {
+    if (s.value) setenv(s.name, s.value->c_str(), 1);
+    else unsetenv(s.name);
+  }
+  // Two paths, two cache files; the same path spelled two ways, one.
+  EXPECT_NE(packed_cache_path("/c", "/m/a.gguf"), packed_cache_path("/c", "/m/b.gguf"));
+  EXPECT_EQ(packed_cache_path("/c", "/m/a.gguf"), packed_cache_path("/c", "/m/./x/../a.gguf"));
+}
+
+TEST(PackedLayout, FingerprintIsStable) {
+  EXPECT_EQ(packed_layout_fingerprint(), packed_layout_fingerprint());
+  EXPECT_NE(packed_layout_fingerprint(), 0u);
+}
+
+}  // namespace
+}  // namespace gem4
