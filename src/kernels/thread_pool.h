@@ -3,6 +3,7 @@
 // too, so a pool of N threads starts N-1 workers.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -47,6 +48,7 @@ class ThreadPool {
   uint64_t generation_ = 0;
   std::atomic<int> pending_{0};
   bool stop_ = false;
+  std::chrono::nanoseconds spin_ = std::chrono::microseconds(1000);  // how long an idle worker spins
 };
 
 // Runs fn serially when pool is null.
