@@ -35,6 +35,7 @@ int cmd_perplexity(int argc, char** argv, int first) {
   }
   if (!a.has("-m")) throw ArgError("perplexity: -m FILE is required");
   auto model = Model::load(a.str("-m"), load_options(a));
+  std::fprintf(stderr, "perplexity: weights %s\n", model->packed_origin.c_str());
   std::vector<int32_t> tokens;
   if (a.has("--ids-file")) {
     std::ifstream f(a.str("--ids-file"));
