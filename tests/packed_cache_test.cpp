@@ -169,6 +169,21 @@ TEST_F(PackedCache, DamagedCacheFileIsNeverUsed) {
   }
 }
 
+TEST_F(PackedCache, WriterRemovesTemporariesOfDeadWriters) {
+  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  fs::create_directories(dir_);
+  const std::string dead = cache_file() + ".tmp-2147483000";  // above any pid_max: no such process
+  const std::string alive = cache_file() + ".tmp-" + std::to_string(getpid());
+  const std::string other = (fs::path(dir_) / "other.gguf-0123.gem4pack.tmp-2147483000").string();
+  for (const std::string& p : {dead, alive, other}) std::ofstream(p) << "partial";
+  load(dir_);
+  EXPECT_FALSE(fs::exists(dead)) << "a dead writer's temporary is removed";
+  EXPECT_TRUE(fs::exists(other)) << "another model's temporaries are left alone";
+  EXPECT_TRUE(fs::exists(cache_file()));
+  // This process's own temporary was the one just written and renamed.
+  EXPECT_FALSE(fs::exists(alive));
+}
+
 TEST_F(PackedCache, UnwritableFolderOnlyCostsTheCache) {
   if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
   const std::string blocker = (root_ / "a-file").string();

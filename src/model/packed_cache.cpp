@@ -1,6 +1,7 @@
 #include "model/packed_cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -124,6 +125,22 @@ struct Fd {
   }
 };
 
+// Removes `path`.tmp-PID files left by writers that died mid-write (PID no longer running): each can be
+// gigabytes.
+void remove_abandoned_temporaries(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
 std::string default_packed_cache_dir() {
@@ -223,6 +240,7 @@ bool write_packed_cache(const std::string& dir, const gguf::GgufFile& file, std:
     }
   }
   const std::string path = packed_cache_path(dir, file.path());
+  remove_abandoned_temporaries(path);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   bool ok = false;
   {

@@ -10,7 +10,8 @@
 // modification time, inode and device; each matrix's position in it, type and shape; and the packed
 // layouts themselves (packed_layout_fingerprint(), so a build whose layout changed repacks). Anything
 // else (missing, stale, truncated, unreadable) means packing as usual and rewriting the file. A file is
-// written under a temporary name, synced, then renamed, so readers see a complete file or none.
+// written under a temporary name, synced, then renamed, so readers see a complete file or none; the
+// temporaries of writers that died are removed by the next writer.
 #pragma once
 #include <span>
 #include <string>
