@@ -115,6 +115,7 @@ TEST_F(PackedCache, SecondLoadMapsTheCopiesTheFirstWrote) {
   const auto want = logits(*plain), got = logits(*second);
   ASSERT_FALSE(want.empty());
   EXPECT_EQ(want, got) << "logits from mapped copies differ from freshly packed ones";
+  EXPECT_EQ(want, logits(*first)) << "logits from copies packed into the cache file differ";
 }
 
 TEST_F(PackedCache, ChangedModelFileIsRepacked) {

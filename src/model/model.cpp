@@ -41,10 +41,11 @@ std::vector<MatrixView*> matrices_to_pack(ModelWeights& w) {
   return out;
 }
 
-void pack_all(Model& m, std::span<MatrixView* const> matrices) {
-  if (matrices.empty()) return;
-  ThreadPool pool(int(std::max(1u, std::min(std::thread::hardware_concurrency(), 16u))));
-  for (MatrixView* v : matrices) *v = m.packed.add(*v, &pool);
+// Packing runs on every core (it is done before any other work starts).
+int packing_threads() { return int(std::max(1u, std::min(std::thread::hardware_concurrency(), 16u))); }
+
+void pack_all(Model& m, std::span<MatrixView* const> matrices, ThreadPool* pool) {
+  for (MatrixView* v : matrices) *v = m.packed.add(*v, pool);
 }
 
 // Drops the packed tensors' pages of the file mapping: the kernels no longer read them (other than the
@@ -75,16 +76,17 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
     release_file_pages(matrices);
     return;
   }
-  pack_all(m, matrices);
+  ThreadPool pool(packing_threads());
   if (opt.packed_cache_dir.empty()) {
+    pack_all(m, matrices, &pool);
     m.packed_origin = "packed at load (no cache)";
   } else {
-    std::string why_not_written;
-    if (write_packed_cache(opt.packed_cache_dir, *m.file, matrices, &why_not_written)) {
-      m.packed_origin = "packed at load (" + why_not_mapped + "); written to " +
-                        packed_cache_path(opt.packed_cache_dir, m.file->path()) + " for later loads";
+    std::string note;
+    if (pack_into_cache(opt.packed_cache_dir, *m.file, matrices, &pool, m.packed, &note)) {
+      m.packed_origin = "packed at load (" + why_not_mapped + "); " + note;
     } else {
-      m.packed_origin = "packed at load (" + why_not_mapped + "); cache not written: " + why_not_written;
+      pack_all(m, matrices, &pool);
+      m.packed_origin = "packed at load (" + why_not_mapped + "); cache not written: " + note;
     }
   }
   release_file_pages(matrices);
@@ -118,7 +120,8 @@ std::unique_ptr<Model> Model::from_memory(std::unique_ptr<gguf::GgufFile> meta, 
   m->tensors = std::move(tensors);
   m->config = ModelConfig::from_gguf(*m->file);
   m->weights = ModelWeights::bind(m->config, m->tensors, m->file->path());
-  pack_all(*m, matrices_to_pack(m->weights));  // no cache: the generator's memory is not a file
+  ThreadPool pool(packing_threads());
+  pack_all(*m, matrices_to_pack(m->weights), &pool);  // no cache: the generator's memory is not a file
   m->packed_origin = "packed at load (an in-memory model)";
   return m;
 }

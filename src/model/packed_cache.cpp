@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "kernels/thread_pool.h"
 
 namespace gem4 {
 
@@ -99,17 +100,6 @@ bool read_exact(int fd, void* dst, size_t n, uint64_t at) {
   auto* p = static_cast<uint8_t*>(dst);
   while (n > 0) {
     const ssize_t r = ::pread(fd, p, n, off_t(at));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= size_t(r), at += uint64_t(r);
-  }
-  return true;
-}
-
-bool write_exact(int fd, const void* src, size_t n, uint64_t at) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    const ssize_t r = ::pwrite(fd, p, n, off_t(at));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
     p += r, n -= size_t(r), at += uint64_t(r);
@@ -218,15 +208,15 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::s
   return true;
 }
 
-bool write_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                        std::string* why) {
+bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
+                     ThreadPool* pool, PackedStore& store, std::string* note) {
   Header header;
   std::vector<Entry> entries;
-  if (!expected_contents(file, matrices, &header, &entries, why)) return false;
+  if (!expected_contents(file, matrices, &header, &entries, note)) return false;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    *why = "cannot create " + dir + ": " + ec.message();
+    *note = "cannot create " + dir + ": " + ec.message();
     return false;
   }
   // Leave room for others: never fill the disk to within 1 GiB or 10 % of its size.
@@ -235,40 +225,52 @@ bool write_packed_cache(const std::string& dir, const gguf::GgufFile& file, std:
     const double free_bytes = double(vfs.f_bavail) * double(vfs.f_frsize);
     const double reserve = std::max(double(1ull << 30), 0.1 * double(vfs.f_blocks) * double(vfs.f_frsize));
     if (free_bytes < double(header.file_size) + reserve) {
-      *why = "not enough free space in " + dir;
+      *note = "not enough free space in " + dir;
       return false;
     }
   }
   const std::string path = packed_cache_path(dir, file.path());
   remove_abandoned_temporaries(path);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  bool ok = false;
-  {
-    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    if (f.fd < 0) {
-      *why = "cannot create " + tmp + ": " + errno_text();
-      return false;
-    }
-    ok = write_exact(f.fd, &header, sizeof header, 0) &&
-         write_exact(f.fd, entries.data(), entries.size() * sizeof(Entry), sizeof header);
-    for (size_t i = 0; ok && i < matrices.size(); ++i) {
-      if (!matrices[i]->packed) {
-        *why = "a matrix has no packed copy to write";
-        ::unlink(tmp.c_str());
-        return false;
-      }
-      ok = write_exact(f.fd, matrices[i]->packed, entries[i].bytes, entries[i].offset);
-    }
-    // Synced before the rename: a crash must never leave a complete-looking file with missing data.
-    ok = ok && ::ftruncate(f.fd, off_t(header.file_size)) == 0 && ::fdatasync(f.fd) == 0;
-    if (!ok) *why = "cannot write " + tmp + ": " + errno_text();
+  Fd f{::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (f.fd < 0) {
+    *note = "cannot create " + tmp + ": " + errno_text();
+    return false;
   }
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    *why = "cannot rename " + tmp + " to " + path + ": " + errno_text();
-    ok = false;
+  // The blocks are reserved up front: a write through the mapping that found the disk full would kill
+  // the process (SIGBUS) instead of failing a call.
+  if (::fallocate(f.fd, 0, 0, off_t(header.file_size)) != 0) {
+    *note = "cannot reserve " + std::to_string(header.file_size) + " bytes for " + tmp + ": " + errno_text();
+    ::unlink(tmp.c_str());
+    return false;
   }
-  if (!ok) ::unlink(tmp.c_str());
-  return ok;
+  void* map = ::mmap(nullptr, header.file_size, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0);
+  if (map == MAP_FAILED) {
+    *note = "cannot map " + tmp + ": " + errno_text();
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  store.adopt_mapping(map, header.file_size);
+  auto* base = static_cast<uint8_t*>(map);
+  std::memcpy(base, &header, sizeof header);
+  std::memcpy(base + sizeof header, entries.data(), entries.size() * sizeof(Entry));
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    pack_matrix(*matrices[i], base + entries[i].offset, pool);
+    *matrices[i] = store.attach(*matrices[i], base + entries[i].offset);
+  }
+  ::mprotect(map, header.file_size, PROT_READ);  // from here on the copies are only read
+  // Synced before the rename: a crash must never leave a complete-looking file with missing data.
+  // The copies themselves are in memory either way; only keeping them for later loads can fail here.
+  if (::msync(map, header.file_size, MS_SYNC) != 0 || ::fdatasync(f.fd) != 0) {
+    *note = "packed, but the cache was not kept: cannot write " + tmp + ": " + errno_text();
+    ::unlink(tmp.c_str());
+  } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    *note = "packed, but the cache was not kept: cannot rename " + tmp + " to " + path + ": " + errno_text();
+    ::unlink(tmp.c_str());
+  } else {
+    *note = "written to " + path + " for later loads";
+  }
+  return true;
 }
 
 }  // namespace gem4

@@ -3,7 +3,8 @@
 // Packing an E2B Q4_0 file makes 1.28 GiB of new anonymous memory at every start. Touching that much
 // fresh memory costs the kernel 0.6 s on the target VMs, and several seconds when the host is slow to
 // hand pages over; the same bytes read back from a file in the page cache map in about 0.1 s. So the
-// first load of a file writes its packed copies to `<dir>/<file name>-<hash of its path>.gem4pack`, and
+// first load of a file packs into `<dir>/<file name>-<hash of its path>.gem4pack` (a shared mapping of
+// it, so the fresh memory is paid once, not for a copy in memory and again for writing it out), and
 // later loads map that file instead of packing.
 //
 // A cache file is used only if everything it was made from still holds: the GGUF file's size,
@@ -20,6 +21,8 @@
 #include "kernels/packed_matrix.h"
 
 namespace gem4 {
+
+class ThreadPool;
 
 namespace gguf {
 class GgufFile;
@@ -38,10 +41,14 @@ std::string packed_cache_path(const std::string& dir, const std::string& gguf_pa
 bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
                       PackedStore& store, std::string* why);
 
-// Writes the packed copies of `matrices` (each `packed` set, all from `file`) to the cache file of
-// `file` in `dir`, creating `dir`. Returns false and says why in *why if it could not (no space, a
-// read-only folder, ...); a failed write leaves no file behind.
-bool write_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                        std::string* why);
+// Packs `matrices` (all from `file`) straight into a new cache file of `file` in `dir`, through a
+// shared mapping of it, so the copies are made once, in the page cache, and this process reads them
+// from there like later loads; then syncs the file and renames it into place. Returns false (with
+// *note saying why, nothing packed, no file left behind) when the file cannot be made: a folder that
+// cannot be created, less free space than the copies plus a reserve, no fallocate. Returns true once
+// the copies are made, each matrix's `packed` pointing into the mapping kept by `store`; *note then
+// says whether the file was kept for later loads.
+bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
+                     ThreadPool* pool, PackedStore& store, std::string* note);
 
 }  // namespace gem4
