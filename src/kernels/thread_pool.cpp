@@ -25,8 +25,8 @@ void ThreadPool::worker(int index) {
     {
       // Spin before sleeping: ops arrive back to back during a forward pass, and a condition-variable
       // wake-up costs tens of microseconds. The spin is timed, not counted: a pause takes 14 ns on
-      // Emerald Rapids and ~140 ns on other cores, and a count tuned on one put the worker to sleep in
-      // decode's serial gaps (attention, norms, sampling) on the other.
+      // Emerald Rapids and ~140 ns on other cores, so a count means ten times longer on one than on
+      // the other.
       const auto spin_until = std::chrono::steady_clock::now() + spin_;
       for (int spin = 1;; ++spin) {
         if (__atomic_load_n(&generation_, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&stop_, __ATOMIC_ACQUIRE))

@@ -48,7 +48,10 @@ class ThreadPool {
   uint64_t generation_ = 0;
   std::atomic<int> pending_{0};
   bool stop_ = false;
-  std::chrono::nanoseconds spin_ = std::chrono::microseconds(1000);  // how long an idle worker spins
+  // How long an idle worker spins before sleeping. Longer spins gained nothing measurable on decode
+  // (1 ms: 16.45 vs 16.13 t/s, within noise) and cost a lot when the cores are oversubscribed (a
+  // spinning worker burns the time slice the thread with work is waiting for).
+  std::chrono::nanoseconds spin_ = std::chrono::microseconds(100);
 };
 
 // Runs fn serially when pool is null.
