@@ -154,7 +154,7 @@ TEST_F(PackedCache, DamagedCacheFileIsNeverUsed) {
        }, "other packed layouts"},
       {"edited matrix table", [](const std::string& p) {
          std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-         f.seekp(72 + 8);  // first entry's type
+         f.seekp(80 + 8);  // first entry's type (the header is 80 bytes)
          f.write("\x7f", 1);
        }, "matrix table does not match"},
   };
@@ -183,6 +183,26 @@ TEST_F(PackedCache, WriterRemovesTemporariesOfDeadWriters) {
   EXPECT_TRUE(fs::exists(cache_file()));
   // This process's own temporary was the one just written and renamed.
   EXPECT_FALSE(fs::exists(alive));
+}
+
+TEST_F(PackedCache, CachesOfVanishedModelFilesAreRemoved) {
+  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  const std::string moved = (root_ / "moved.gguf").string();
+  fs::copy_file(gguf_, moved);
+  Model::load(moved, LoadOptions{dir_});
+  const std::string moved_cache = packed_cache_path(dir_, moved);
+  ASSERT_TRUE(fs::exists(moved_cache));
+  const std::string foreign = (fs::path(dir_) / "foreign.gem4pack").string();
+  std::ofstream(foreign) << "not a cache of ours";
+  load(dir_);  // writes this model's cache; moved.gguf still exists, so its cache stays
+  EXPECT_TRUE(fs::exists(moved_cache));
+  fs::remove(moved);
+  fs::last_write_time(gguf_, fs::last_write_time(gguf_) + std::chrono::seconds(5));  // force a rewrite
+  auto m = load(dir_);
+  EXPECT_NE(m->packed_origin.find("written to"), std::string::npos) << m->packed_origin;
+  EXPECT_FALSE(fs::exists(moved_cache)) << "the cache of a deleted model file is removed by the next writer";
+  EXPECT_TRUE(fs::exists(foreign)) << "files that are not our caches are left alone";
+  EXPECT_TRUE(fs::exists(cache_file()));
 }
 
 TEST_F(PackedCache, UnwritableFolderOnlyCostsTheCache) {

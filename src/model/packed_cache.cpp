@@ -23,7 +23,7 @@ namespace gem4 {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'E', 'M', '4', 'P', 'A', 'C', 'K'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the source path after the entries
 constexpr uint64_t kAlign = 4096;  // each copy starts on a page, as the anonymous copies do
 
 // The file's first bytes. All integers little-endian (the only byte order gem4 runs on).
@@ -36,6 +36,10 @@ struct Header {
   uint64_t source_size, source_mtime_ns, source_inode, source_device;
   uint64_t file_size;
   uint64_t entries_hash;  // FNV-1a of the entries that follow the header
+  // The GGUF file's canonical path, stored after the entries: lets a writer find the caches of files
+  // that no longer exist (remove_orphaned_caches).
+  uint32_t source_path_bytes;
+  uint32_t reserved;
 };
 
 // One matrix: where its weights are in the GGUF file, what they are, and where its copy is here.
@@ -55,9 +59,16 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+std::string canonical_path(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path full = std::filesystem::weakly_canonical(path, ec);
+  if (ec) full = std::filesystem::absolute(path, ec);
+  return full.string();
+}
+
 // What the cache file of `file` must say, given the matrices to pack (entries' offsets laid out here).
 bool expected_contents(const gguf::GgufFile& file, std::span<MatrixView* const> matrices, Header* header,
-                       std::vector<Entry>* entries, std::string* why) {
+                       std::vector<Entry>* entries, std::string* source_path, std::string* why) {
   struct stat st {};
   if (::stat(file.path().c_str(), &st) != 0) {
     *why = "cannot stat " + file.path() + ": " + errno_text();
@@ -72,8 +83,11 @@ bool expected_contents(const gguf::GgufFile& file, std::span<MatrixView* const> 
   header->source_mtime_ns = uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
   header->source_inode = uint64_t(st.st_ino);
   header->source_device = uint64_t(st.st_dev);
+  *source_path = canonical_path(file.path());
+  header->source_path_bytes = uint32_t(source_path->size());
   entries->assign(matrices.size(), Entry{});
-  uint64_t offset = (sizeof(Header) + matrices.size() * sizeof(Entry) + kAlign - 1) / kAlign * kAlign;
+  uint64_t offset =
+      (sizeof(Header) + matrices.size() * sizeof(Entry) + source_path->size() + kAlign - 1) / kAlign * kAlign;
   const uint8_t* image = file.image();
   for (size_t i = 0; i < matrices.size(); ++i) {
     const MatrixView& w = *matrices[i];
@@ -131,6 +145,26 @@ void remove_abandoned_temporaries(const std::string& path) {
   }
 }
 
+// Removes the caches in `dir` whose GGUF file no longer exists (moved, renamed or deleted): nothing
+// would ever map them again, and each can be gigabytes. Files of other versions are left alone.
+void remove_orphaned_caches(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".gem4pack") continue;
+    Fd f{::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC)};
+    Header h{};
+    if (f.fd < 0 || !read_exact(f.fd, &h, sizeof h, 0)) continue;
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kVersion || h.source_path_bytes == 0 ||
+        h.source_path_bytes > 65536) {
+      continue;
+    }
+    std::string source(h.source_path_bytes, '\0');
+    if (!read_exact(f.fd, source.data(), source.size(), sizeof h + uint64_t(h.n_matrices) * sizeof(Entry))) continue;
+    std::error_code exists_ec;
+    if (!std::filesystem::exists(source, exists_ec) && !exists_ec) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
 std::string default_packed_cache_dir() {
@@ -144,10 +178,8 @@ std::string default_packed_cache_dir() {
 }
 
 std::string packed_cache_path(const std::string& dir, const std::string& gguf_path) {
-  std::error_code ec;
-  std::filesystem::path full = std::filesystem::weakly_canonical(gguf_path, ec);
-  if (ec) full = std::filesystem::absolute(gguf_path, ec);
-  const std::string key = full.string();
+  const std::string key = canonical_path(gguf_path);
+  const std::filesystem::path full(key);
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(key.data(), key.size())));
   return (std::filesystem::path(dir) / (full.filename().string() + "-" + hash + ".gem4pack")).string();
@@ -157,7 +189,8 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::s
                       PackedStore& store, std::string* why) {
   Header want;
   std::vector<Entry> want_entries;
-  if (!expected_contents(file, matrices, &want, &want_entries, why)) return false;
+  std::string source_path;
+  if (!expected_contents(file, matrices, &want, &want_entries, &source_path, why)) return false;
   const std::string path = packed_cache_path(dir, file.path());
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) {
@@ -189,8 +222,12 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::s
     return false;
   }
   std::vector<Entry> have_entries(want_entries.size());
-  if (!read_exact(f.fd, have_entries.data(), have_entries.size() * sizeof(Entry), sizeof(Header)) ||
-      std::memcmp(have_entries.data(), want_entries.data(), have_entries.size() * sizeof(Entry)) != 0) {
+  std::string have_path(source_path.size(), '\0');
+  const size_t entries_bytes = have_entries.size() * sizeof(Entry);
+  if (!read_exact(f.fd, have_entries.data(), entries_bytes, sizeof(Header)) ||
+      std::memcmp(have_entries.data(), want_entries.data(), entries_bytes) != 0 ||
+      have.source_path_bytes != want.source_path_bytes ||
+      !read_exact(f.fd, have_path.data(), have_path.size(), sizeof(Header) + entries_bytes) || have_path != source_path) {
     *why = path + ": its matrix table does not match " + file.path();
     return false;
   }
@@ -212,7 +249,8 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
                      ThreadPool* pool, PackedStore& store, std::string* note) {
   Header header;
   std::vector<Entry> entries;
-  if (!expected_contents(file, matrices, &header, &entries, note)) return false;
+  std::string source_path;
+  if (!expected_contents(file, matrices, &header, &entries, &source_path, note)) return false;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -231,6 +269,7 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
   }
   const std::string path = packed_cache_path(dir, file.path());
   remove_abandoned_temporaries(path);
+  remove_orphaned_caches(dir);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   Fd f{::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) {
@@ -254,6 +293,7 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
   auto* base = static_cast<uint8_t*>(map);
   std::memcpy(base, &header, sizeof header);
   std::memcpy(base + sizeof header, entries.data(), entries.size() * sizeof(Entry));
+  std::memcpy(base + sizeof header + entries.size() * sizeof(Entry), source_path.data(), source_path.size());
   for (size_t i = 0; i < matrices.size(); ++i) {
     pack_matrix(*matrices[i], base + entries[i].offset, pool);
     *matrices[i] = store.attach(*matrices[i], base + entries[i].offset);

@@ -11,8 +11,9 @@
 // modification time, inode and device; each matrix's position in it, type and shape; and the packed
 // layouts themselves (packed_layout_fingerprint(), so a build whose layout changed repacks). Anything
 // else (missing, stale, truncated, unreadable) means packing as usual and rewriting the file. A file is
-// written under a temporary name, synced, then renamed, so readers see a complete file or none; the
-// temporaries of writers that died are removed by the next writer.
+// written under a temporary name, synced, then renamed, so readers see a complete file or none. A writer
+// also removes the temporaries of writers that died, and the caches of GGUF files that no longer exist
+// (each cache records its file's path).
 #pragma once
 #include <span>
 #include <string>
