@@ -1,5 +1,7 @@
 #include "kernels/packed_matrix.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -7,9 +9,8 @@
 #include <new>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "kernels/cpu_features.h"
+#include "kernels/fnv1a.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
 #include "tensor/quant.h"
@@ -213,10 +214,7 @@ uint64_t packed_layout_fingerprint() {
   // 33 rows (a whole panel and a padded one) of 512 elements (two K-quant super-blocks), from a fixed
   // byte sequence: every layout rule (interleaving, padding, scale placement) shows in the hash.
   constexpr int64_t kRows = 33, kIn = 512;
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  auto mix = [&h](const uint8_t* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  };
+  uint64_t h = kFnv1aOffsetBasis;
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const size_t row_bytes = ggml_row_bytes(t, kIn);
     std::vector<uint8_t> src(row_bytes * kRows);
@@ -234,8 +232,8 @@ uint64_t packed_layout_fingerprint() {
     std::vector<uint8_t> dst(packed_matrix_bytes(w));
     pack_matrix(w, dst.data(), nullptr);
     const uint32_t tag = uint32_t(t);
-    mix(reinterpret_cast<const uint8_t*>(&tag), sizeof tag);
-    mix(dst.data(), dst.size());
+    h = fnv1a(&tag, sizeof tag, h);
+    h = fnv1a(dst.data(), dst.size(), h);
   }
   return h;
 }
@@ -264,7 +262,6 @@ MatrixView PackedStore::add(const MatrixView& w, ThreadPool* pool) {
   // 0.6 s (the kernel compacts memory to find 2 MiB pages) and decode no faster.
   buffers_.emplace_back(mem);
   pack_matrix(w, mem, pool);
-  copies_.push_back({mem, bytes});
   bytes_ += bytes;
   MatrixView v = w;
   v.packed = mem;

@@ -84,12 +84,6 @@ class PackedStore {
   // w with `packed` pointing at `copy` (inside an adopted mapping, packed_matrix_bytes(w) bytes).
   MatrixView attach(const MatrixView& w, const uint8_t* copy);
   size_t bytes() const { return bytes_; }
-  // The packed copies made by add(), in the order they were made (for writing them to a file).
-  struct Copy {
-    const uint8_t* data;
-    size_t bytes;
-  };
-  const std::vector<Copy>& copies() const { return copies_; }
 
  private:
   struct Free {
@@ -101,7 +95,6 @@ class PackedStore {
   };
   std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
   std::vector<std::unique_ptr<void, Unmap>> mappings_;
-  std::vector<Copy> copies_;
   size_t bytes_ = 0;
 };
 

@@ -9,6 +9,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/fnv1a.h"
 #include "kernels/thread_pool.h"
 #include "tensor/quant.h"
 
@@ -37,9 +38,7 @@ uint64_t splitmix(uint64_t x) {
 }
 
 uint64_t hash_name(const std::string& s, uint64_t seed) {
-  uint64_t h = seed ^ 0xcbf29ce484222325ULL;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
-  return splitmix(h);
+  return splitmix(fnv1a(s.data(), s.size(), seed ^ kFnv1aOffsetBasis));
 }
 
 // How a tensor's values are drawn: uniform with standard deviation `std` around `mean`.

@@ -48,17 +48,20 @@ void pack_all(Model& m, std::span<MatrixView* const> matrices, ThreadPool* pool)
   for (MatrixView* v : matrices) *v = m.packed.add(*v, pool);
 }
 
+// madvise over the whole pages inside [data, data + bytes) of the file mapping.
+void advise_pages(const void* data, size_t bytes, int advice) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (start + page - 1) / page * page;
+  const uintptr_t end = (start + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
 // Drops the packed tensors' pages of the file mapping: the kernels no longer read them (other than the
 // embedding rows of tokens seen, which fault back in from the page cache), so resident memory stays
 // about one copy of the weights.
 void release_file_pages(std::span<MatrixView* const> matrices) {
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  for (const MatrixView* v : matrices) {
-    const auto start = reinterpret_cast<uintptr_t>(v->data);
-    const uintptr_t begin = (start + page - 1) / page * page;
-    const uintptr_t end = (start + size_t(v->out) * v->row_bytes) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  }
+  for (const MatrixView* v : matrices) advise_pages(v->data, size_t(v->out) * v->row_bytes, MADV_DONTNEED);
 }
 
 // Gives a file's matrices their packed copies: mapped from the cache file when it is current, else
@@ -103,10 +106,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // The PLE table (2.3 B parameters in E2B) is only looked up row by row, for the tokens seen. Tell
   // the kernel not to read ahead around those rows, so the table never becomes resident as a whole.
   if (auto it = m->tensors.find("per_layer_token_embd.weight"); it != m->tensors.end()) {
-    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(it->second.data) + page - 1) / page * page;
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(it->second.data) + it->second.nbytes) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
+    advise_pages(it->second.data, it->second.nbytes, MADV_RANDOM);
   }
   pack_file_matrices(*m, opt);
   return m;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "kernels/fnv1a.h"
 #include "kernels/thread_pool.h"
 
 namespace gem4 {
@@ -50,12 +51,6 @@ struct Entry {
   int64_t in, out;
   uint64_t offset, bytes;
 };
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 std::string errno_text() { return std::strerror(errno); }
 
