@@ -4,6 +4,7 @@
 #include "kernels/cpu_features.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,6 +15,8 @@
 
 namespace gem4 {
 namespace {
+
+std::string cpu_features_string_raw();
 
 #if GEM4_X86
 uint64_t read_xcr0() {
@@ -65,22 +68,56 @@ CpuFeatures detect() { return CpuFeatures{}; }
 Isa best_supported(const CpuFeatures& f) {
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c)
     return Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c && f.avxvnni) return Isa::AvxVnni;
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Scalar;
 }
 
-// The ISA named by GEM4_ISA, or the CPU's best when unset or unrecognised; never above the CPU's best.
+// Whether the CPU has what set `isa` needs. The sets are nested except AvxVnni and Avx512: a CPU with
+// AVX-512 VNNI but without AVX-VNNI (Ice Lake, Sapphire Rapids without it, Zen 4 has both) can run
+// Avx512 but not AvxVnni.
+bool supports(const CpuFeatures& f, Isa isa) {
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  switch (isa) {
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+      return avx2;
+    case Isa::AvxVnni:
+      return avx2 && f.avxvnni;
+    case Isa::Avx512:
+      return best_supported(f) == Isa::Avx512;
+  }
+  return false;
+}
+
+// The widest supported set not above `wanted`.
+Isa clamp_to_cpu(Isa wanted, const CpuFeatures& f) {
+  for (int i = static_cast<int>(wanted); i > 0; --i) {
+    if (supports(f, static_cast<Isa>(i))) return static_cast<Isa>(i);
+  }
+  return Isa::Scalar;
+}
+
+// The ISA named by GEM4_ISA, or the CPU's best when unset; never one the CPU cannot run. A value that
+// names no set, or a set this CPU lacks, is said on stderr (once: this runs in a static initialiser).
 Isa from_environment(Isa best) {
   const char* env = std::getenv("GEM4_ISA");
-  if (!env) return best;
-  Isa wanted = best;
-  if (std::strcmp(env, "scalar") == 0)
-    wanted = Isa::Scalar;
-  else if (std::strcmp(env, "avx2") == 0)
-    wanted = Isa::Avx2;
-  else if (std::strcmp(env, "avx512") == 0)
-    wanted = Isa::Avx512;
-  return wanted < best ? wanted : best;
+  if (!env || !*env) return best;
+  for (Isa isa : kAllIsas) {
+    if (std::strcmp(env, isa_name(isa)) != 0) continue;
+    const Isa got = clamp_to_cpu(isa, cpu_features());
+    if (got != isa) {
+      std::fprintf(stderr, "gem4: GEM4_ISA=%s: this CPU lacks that kernel set (%s); using %s
+", env,
+                   cpu_features_string_raw().c_str(), isa_name(got));
+    }
+    return got;
+  }
+  std::fprintf(stderr, "gem4: GEM4_ISA=%s is not one of scalar, avx2, avxvnni, avx512; using %s
+", env,
+               isa_name(best));
+  return best;
 }
 
 constexpr int kNoOverride = -1;
@@ -101,9 +138,10 @@ Isa active_isa() {
 }
 
 void set_isa_override(Isa isa) {
-  const Isa best = best_supported(cpu_features());
-  g_override.store(static_cast<int>(isa < best ? isa : best), std::memory_order_relaxed);
+  g_override.store(static_cast<int>(clamp_to_cpu(isa, cpu_features())), std::memory_order_relaxed);
 }
+
+bool isa_supported(Isa isa) { return supports(cpu_features(), isa); }
 
 void clear_isa_override() { g_override.store(kNoOverride, std::memory_order_relaxed); }
 
@@ -113,13 +151,18 @@ const char* isa_name(Isa isa) {
       return "scalar";
     case Isa::Avx2:
       return "avx2";
+    case Isa::AvxVnni:
+      return "avxvnni";
     case Isa::Avx512:
       return "avx512";
   }
   return "unknown";
 }
 
-std::string cpu_features_string() {
+std::string cpu_features_string() { return cpu_features_string_raw() + " -> " + isa_name(active_isa()); }
+
+namespace {
+std::string cpu_features_string_raw() {
   const CpuFeatures& f = cpu_features();
   std::string s;
   auto add = [&](bool on, const char* name) {
@@ -139,7 +182,8 @@ std::string cpu_features_string() {
   add(f.amd, "amd");
   add(f.avxvnni, "avxvnni");
   if (s.empty()) s = "(none)";
-  return s + " -> " + isa_name(active_isa());
+  return s;
 }
+}  // namespace
 
 }  // namespace gem4

@@ -156,7 +156,10 @@ std::atomic<bool> g_use_packed{true};
 void set_use_packed(bool on) { g_use_packed.store(on, std::memory_order_relaxed); }
 bool use_packed() { return g_use_packed.load(std::memory_order_relaxed); }
 
-bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && active_isa() == Isa::Avx512; }
+// Every SIMD set reads the packed layout (the 256-bit sets as two halves of each 64-byte vector).
+bool packed_kernels_active() { return active_isa() >= Isa::Avx2; }
+
+bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && packed_kernels_active(); }
 
 bool packable_type(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
@@ -185,29 +188,30 @@ size_t packed_matrix_bytes(const MatrixView& w) {
   return size_t(panels) * size_t(w.in / kQK) * packed_block_bytes(w.type);
 }
 
+void pack_panel(const MatrixView& w, int64_t p, uint8_t* out) {
+  if (w.type == GgmlType::Q8_0) {
+    pack_panel<BlockQ8_0, 8, 0x80808080u>(w, p, out);  // signed q to unsigned q + 128
+  } else if (w.type == GgmlType::Q4_0) {
+    pack_panel<BlockQ4_0, 4, 0u>(w, p, out);
+  } else if (w.type == GgmlType::Q4_K) {
+    pack_panel_kquant<BlockQ4_K, false>(w, p, out);
+  } else if (w.type == GgmlType::Q5_K) {
+    pack_panel_kquant<BlockQ5_K, true>(w, p, out);
+  } else {
+    pack_panel_q6_k(w, p, out);
+  }
+}
+
 void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool) {
   const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
   const size_t panel_bytes = size_t(w.in / kQK) * packed_block_bytes(w.type);
   parallel_for(pool, panels, 1, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p) {
-      uint8_t* out = dst + size_t(p) * panel_bytes;
-      if (w.type == GgmlType::Q8_0) {
-        pack_panel<BlockQ8_0, 8, 0x80808080u>(w, p, out);  // signed q to unsigned q + 128
-      } else if (w.type == GgmlType::Q4_0) {
-        pack_panel<BlockQ4_0, 4, 0u>(w, p, out);
-      } else if (w.type == GgmlType::Q4_K) {
-        pack_panel_kquant<BlockQ4_K, false>(w, p, out);
-      } else if (w.type == GgmlType::Q5_K) {
-        pack_panel_kquant<BlockQ5_K, true>(w, p, out);
-      } else {
-        pack_panel_q6_k(w, p, out);
-      }
-    }
+    for (int64_t p = p0; p < p1; ++p) pack_panel(w, p, dst + size_t(p) * panel_bytes);
   });
 }
 
 bool wants_packed_copy(const MatrixView& w) {
-  return packable_type(w.type) && active_isa() == Isa::Avx512 && w.out > 0 && w.in > 0 && w.in % kQK == 0;
+  return packable_type(w.type) && packed_kernels_active() && w.out > 0 && w.in > 0 && w.in % kQK == 0;
 }
 
 uint64_t packed_layout_fingerprint() {

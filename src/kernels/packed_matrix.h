@@ -1,4 +1,6 @@
-// Weight matrices repacked once, at load time, for the AVX-512 int8 kernels (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+// Weight matrices repacked once, at load time, for the int8 kernels of every SIMD kernel set (Q8_0,
+// Q4_0, Q4_K, Q5_K, Q6_K). The layout is made for 64-byte vectors; the 256-bit sets (AVX2, AVX-VNNI)
+// read each 64-byte vector as two ymm of 8 rows.
 //
 // In the GGUF layout a weight row's blocks are contiguous, so a kernel that keeps one output per f32
 // lane (which batch invariance needs, see matmul_avx512.cpp) must transpose every block it reads; on
@@ -55,16 +57,21 @@ size_t packed_matrix_bytes(const MatrixView& w);
 
 // Writes the packed layout of w into dst (packed_matrix_bytes(w) bytes, 64-byte aligned).
 void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool);
+// Panel p alone (rows [32p, 32p + 32)): (in / 32) * packed_block_bytes(w.type) bytes, 64-byte aligned.
+// The 256-bit kernel sets pack a matrix that has no packed copy panel by panel as they read it.
+void pack_panel(const MatrixView& w, int64_t p, uint8_t* dst);
 
 // Whether the kernels read packed copies (default true). Off, they read the GGUF layout as if no copy
 // existed: `gem4 bench --repack 1,0` measures what the packed layout buys. Results are identical.
 void set_use_packed(bool on);
 bool use_packed();
-// Whether matmul reads w's packed copy: it has one, packed reading is on, and the AVX-512 kernels
-// (the only ones that know the layout) are active.
+// Whether the active kernel set has kernels for the packed layout (every set but scalar).
+bool packed_kernels_active();
+// Whether matmul reads w's packed copy: it has one, packed reading is on, and the active kernel set
+// knows the layout.
 bool reads_packed(const MatrixView& w);
 
-// Whether w gets a packed copy: its type has a packed layout, the AVX-512 kernels are active and the
+// Whether w gets a packed copy: its type has a packed layout, packed kernels are active and the
 // shape fits (rows, whole 32-element blocks).
 bool wants_packed_copy(const MatrixView& w);
 
