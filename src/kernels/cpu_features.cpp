@@ -108,14 +108,12 @@ Isa from_environment(Isa best) {
     if (std::strcmp(env, isa_name(isa)) != 0) continue;
     const Isa got = clamp_to_cpu(isa, cpu_features());
     if (got != isa) {
-      std::fprintf(stderr, "gem4: GEM4_ISA=%s: this CPU lacks that kernel set (%s); using %s
-", env,
+      std::fprintf(stderr, "gem4: GEM4_ISA=%s: this CPU lacks that kernel set (%s); using %s\n", env,
                    cpu_features_string_raw().c_str(), isa_name(got));
     }
     return got;
   }
-  std::fprintf(stderr, "gem4: GEM4_ISA=%s is not one of scalar, avx2, avxvnni, avx512; using %s
-", env,
+  std::fprintf(stderr, "gem4: GEM4_ISA=%s is not one of scalar, avx2, avxvnni, avx512; using %s\n", env,
                isa_name(best));
   return best;
 }

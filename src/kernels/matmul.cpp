@@ -135,6 +135,7 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
       }
       return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);
     case Isa::Avx2:
+    case Isa::AvxVnni:
       return matmul_detail::matmul_avx2(w, x, rows, ldx, y, ldy, pool);
     case Isa::Scalar:
       break;
