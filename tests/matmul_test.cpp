@@ -50,9 +50,8 @@ struct IsaOverride {
 
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    IsaOverride o(isa);
-    if (active_isa() == isa) isas.push_back(isa);
+  for (Isa isa : kAllIsas) {
+    if (isa_supported(isa)) isas.push_back(isa);
   }
   return isas;
 }
@@ -63,14 +62,14 @@ struct Weights {
   size_t row_bytes;
   std::vector<uint8_t> data;
   std::vector<float> deq;  // dequantized, out x in
-  std::shared_ptr<PackedStore> store;  // the packed copy (Q8_0, Q4_0 on AVX-512 CPUs)
+  std::shared_ptr<PackedStore> store;  // the packed copy (packable types, on CPUs with a SIMD set)
   MatrixView packed;                   // view with `packed` set, when there is a packed copy
   MatrixView view() const { return {type, data.data(), in, out, row_bytes}; }
   // The views the fast path must agree on under `isa`: the GGUF layout, and the packed copy where the
   // ISA's kernels read it.
   std::vector<MatrixView> views(Isa isa) const {
     std::vector<MatrixView> v{view()};
-    if (packed.packed && isa == Isa::Avx512) v.push_back(packed);
+    if (packed.packed && isa != Isa::Scalar) v.push_back(packed);
     return v;
   }
 };
@@ -90,7 +89,7 @@ Weights make_weights(GgmlType t, int64_t out, int64_t in, uint32_t seed, size_t 
     dequantize_row(t, w.data.data() + o * w.row_bytes, w.deq.data() + o * in, in);
   }
   if (packable_type(t)) {
-    IsaOverride o(Isa::Avx512);  // clamped to the CPU: no packed copy where AVX-512 is missing
+    IsaOverride o(Isa::Avx512);  // clamped to the CPU: no packed copy where only the scalar set runs
     w.store = std::make_shared<PackedStore>();
     const MatrixView p = w.store->add(w.view(), nullptr);
     if (p.packed) w.packed = p;
@@ -401,7 +400,7 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
           EXPECT_TRUE(check_fast_path(c, v, x, exact_with_bound, 1e-5, true, p))
               << c.describe(isa, p) << " vs exact product";
         } else if (is_k_quant(c.type)) {
-          if (isa == Isa::Avx512) {  // the int8 kernels: llama.cpp's Q8_K activations
+          if (isa != Isa::Scalar) {  // the int8 kernels: llama.cpp's Q8_K activations
             EXPECT_TRUE(check_fast_path(c, v, x, q8k, 2e-5, false, p))
                 << c.describe(isa, p) << layout << " vs q8_K reference";
           }
@@ -551,6 +550,47 @@ void check_batch_invariance(GgmlType t, const std::vector<Isa>& isas, ThreadPool
               ASSERT_EQ(0, std::memcmp(whole.data() + r * kOut, y.data() + r * kOut, kOut * sizeof(float)))
                   << ggml_type_name(t) << " isa=" << isa_name(isa) << " chunk=" << chunk << " row=" << r
                   << (p ? " pool=2" : " pool=null") << (v.packed ? " packed" : "");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The int8 kernels of every SIMD set (AVX2's vpmaddubsw, AVX-VNNI's and AVX-512's vpdpbusd) take the
+// same integer sums and the same float steps, so on the packable types they agree bit for bit with each
+// other, decode GEMV and prefill GEMM alike, read from the packed copy or from the GGUF layout.
+TEST(Matmul, EverySimdSetGivesTheSameBits) {
+  std::vector<Isa> simd;
+  for (Isa isa : available_isas())
+    if (isa != Isa::Scalar) simd.push_back(isa);
+  if (simd.size() < 2) GTEST_SKIP() << "fewer than two SIMD kernel sets on this CPU";
+  ThreadPool pool(2);
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const bool k = is_k_quant(t);
+    for (int64_t in : k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 17 * 32}) {
+      for (int64_t out : {1, 7, 33, 70}) {
+        const Weights w = make_weights(t, out, in, uint32_t(in + out));
+        for (int64_t rows : {1, 2, 3, 4, 5, 7, 37}) {
+          const int64_t ldx = in + 1;
+          auto x = make_activations(rows, in, ldx, uint32_t(rows * 7 + in));
+          if (rows > 2) std::fill(x.begin() + ldx, x.begin() + ldx + in, 0.0f);  // an all-zero row
+          std::vector<float> want(rows * out);
+          {
+            IsaOverride o(simd.back());
+            matmul(w.view(), x.data(), rows, ldx, want.data(), out, nullptr);
+          }
+          for (Isa isa : simd) {
+            IsaOverride o(isa);
+            for (const MatrixView& v : w.views(isa)) {
+              for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+                std::vector<float> got(rows * out, kSentinel);
+                matmul(v, x.data(), rows, ldx, got.data(), out, p);
+                ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                    << ggml_type_name(t) << " " << out << " x " << in << " rows=" << rows << " isa=" << isa_name(isa)
+                    << " vs " << isa_name(simd.back()) << (v.packed ? " packed" : "") << (p ? " pool=2" : "");
+              }
             }
           }
         }

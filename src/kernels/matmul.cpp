@@ -99,7 +99,13 @@ void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t
 
 namespace {
 std::atomic<Bf16Dot> g_bf16_dot{Bf16Dot::Auto};
+
+using YmmInt8 = bool (*)(const MatmulTarget*, int, const float*, int64_t, int64_t, ThreadPool*);
+YmmInt8 ymm_int8(Isa isa) {
+  return isa == Isa::AvxVnni ? matmul_detail::ymm_avxvnni::packed_int8_matmul
+                             : matmul_detail::ymm_avx2::packed_int8_matmul;
 }
+}  // namespace
 
 void set_bf16_dot(Bf16Dot mode) { g_bf16_dot.store(mode); }
 
@@ -135,8 +141,15 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
       }
       return matmul_detail::matmul_avx512(w, x, rows, ldx, y, ldy, pool);
     case Isa::Avx2:
-    case Isa::AvxVnni:
-      return matmul_detail::matmul_avx2(w, x, rows, ldx, y, ldy, pool);
+    case Isa::AvxVnni: {
+      // Packed reading on: the packed-layout int8 kernels (reading w's copy, or packing as they go);
+      // off (bench --repack 0): the GGUF-layout kernels, K-quants through f32.
+      const MatmulTarget target{w, y, ldy};
+      if (use_packed() && packable_type(w.type) && ymm_int8(active_isa())(&target, 1, x, rows, ldx, pool)) return;
+      MatrixView plain = w;
+      plain.packed = nullptr;
+      return matmul_detail::matmul_avx2(plain, x, rows, ldx, y, ldy, pool);
+    }
     case Isa::Scalar:
       break;
   }
@@ -163,6 +176,11 @@ void matmul_shared_input(const MatmulTarget* targets, int count, const float* x,
   if (!any_empty && macs >= double(1 << 19) && active_isa() == Isa::Avx512 &&
       matmul_detail::matmul_shared_input_avx512(plain.data(), count, x, rows, ldx, pool)) {
     return;
+  }
+  if (!any_empty && (active_isa() == Isa::Avx2 || active_isa() == Isa::AvxVnni) && use_packed() &&
+      packable_type(plain[0].w.type)) {
+    if (macs < double(1 << 16)) pool = nullptr;  // as matmul() does
+    if (ymm_int8(active_isa())(plain.data(), count, x, rows, ldx, pool)) return;
   }
   for (const MatmulTarget& t : plain) matmul(t.w, x, rows, ldx, t.y, t.ldy, pool);
 }

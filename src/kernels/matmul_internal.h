@@ -47,6 +47,19 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 // The decode GEMV of 1..4 products sharing x (same packed type and `in`, all with w.packed).
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                                ThreadPool* pool);
+// The 256-bit sets' int8 kernels on the packed layout (int8_ymm.inc), one copy per set: the GEMV for
+// rows <= kPackedGemvMaxRows, the GEMM above. 1..kMaxSharedTargets products of the same x (same packable
+// type and `in`; K-quants with whole super-blocks); a target without a packed copy is packed panel by
+// panel as it is read. Returns false (nothing done) where that does not apply.
+constexpr int64_t kPackedGemvMaxRows = 4;
+namespace ymm_avx2 {
+bool packed_int8_matmul(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                        ThreadPool* pool);
+}
+namespace ymm_avxvnni {
+bool packed_int8_matmul(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                        ThreadPool* pool);
+}
 // BF16 weights with vdpbf16ps (matmul_avx512 calls it when the CPU has AVX512_BF16).
 void matmul_bf16_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool);
