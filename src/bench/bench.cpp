@@ -93,7 +93,7 @@ int cmd_bench(int argc, char** argv, int first) {
   Args a("bench", "Prompt-processing and generation throughput, llama-bench style, with ablations in one run.");
   a.value("-m,--model", "FILE", "GGUF model (default: a model generated in memory)");
   a.value("--preset", "NAME", "in-memory model shape: e2b | e4b | tiny", "e2b");
-  a.value("--type", "TYPE", "in-memory model weight type", "q8_0");
+  a.value("--type", "TYPE", "in-memory model weight type (a GGML type, or q4_k_m: llama-quantize's Q4_K/Q6_K mix)", "q8_0");
   a.flag("--pure", "in-memory model: embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize)");
   a.value("-p,--n-prompt", "LIST", "prompt lengths", "512");
   a.value("-n,--n-gen", "LIST", "generation lengths", "16");
@@ -169,13 +169,13 @@ int cmd_bench(int argc, char** argv, int first) {
   } else {
     GeneratorSpec spec;
     spec.preset = a.str("--preset");
-    auto t = ggml_type_from_name(a.str("--type"));
-    if (!t) throw ArgError("bench: --type '" + a.str("--type") + "' is not a known type");
-    spec.type = *t;
+    if (!parse_generated_type(a.str("--type"), &spec))
+      throw ArgError("bench: --type '" + a.str("--type") + "' is not a known type (a GGML type or q4_k_m)");
     spec.seed = uint64_t(a.integer("--seed"));
     spec.pure = a.on("--pure");
     model_name = "generated:" + spec.preset;
-    std::fprintf(stderr, "bench: generating a random %s model (%s) in memory...\n", spec.preset.c_str(), ggml_type_name(spec.type));
+    std::fprintf(stderr, "bench: generating a random %s model (%s) in memory...\n", spec.preset.c_str(),
+                 spec.q4_k_m ? "Q4_K_M mix" : ggml_type_name(spec.type));
     model = generate_model(spec, &pool);
   }
   std::unique_ptr<Model> draft_model;

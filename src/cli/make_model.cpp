@@ -13,7 +13,7 @@ namespace gem4::cli {
 int cmd_make_model(int argc, char** argv, int first) {
   Args a("make-model", "Writes a random-weight Gemma 4 GGUF with the real tensor set of a preset.");
   a.value("--preset", "NAME", "tiny | e2b | e4b", "tiny");
-  a.value("--type", "TYPE", "type of 2-D weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k", "f32");
+  a.value("--type", "TYPE", "type of 2-D weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (llama-quantize's mix)", "f32");
   a.value("--vocab", "FILE", "copy the tokenizer section of this GGUF (sets the vocabulary size)");
   a.value("--n-vocab", "N", "size of the synthetic vocabulary (without --vocab)");
   a.value("--ctx", "N", "context_length written to the file");
@@ -29,9 +29,8 @@ int cmd_make_model(int argc, char** argv, int first) {
   if (!a.has("-o")) throw ArgError("make-model: -o FILE is required");
   GeneratorSpec spec;
   spec.preset = a.str("--preset");
-  const auto type = ggml_type_from_name(a.str("--type"));
-  if (!type) throw ArgError("make-model: --type '" + a.str("--type") + "' is not a known type");
-  spec.type = *type;
+  if (!parse_generated_type(a.str("--type"), &spec))
+    throw ArgError("make-model: --type '" + a.str("--type") + "' is not a known type (a GGML type or q4_k_m)");
   spec.vocab_file = a.str("--vocab");
   if (a.has("--n-vocab")) spec.n_vocab = int(a.integer("--n-vocab"));
   if (a.has("--ctx")) spec.n_ctx = int(a.integer("--ctx"));
@@ -43,7 +42,7 @@ int cmd_make_model(int argc, char** argv, int first) {
   write_generated_model(spec, a.str("-o"), &pool);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "make-model: wrote %s (preset %s, %s) in %.1f s\n", a.str("-o").c_str(), spec.preset.c_str(),
-               ggml_type_name(spec.type), s);
+               spec.q4_k_m ? "Q4_K_M mix" : ggml_type_name(spec.type), s);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -161,6 +162,32 @@ void add_vocab(gguf::GgufWriter& w, const GeneratorSpec& spec, int& n_vocab) {
   w.set_bool("tokenizer.ggml.add_space_prefix", false);
 }
 
+constexpr uint32_t kLlamaFileTypeQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+
+// llama-quantize's choice for Q4_K_M (llama-quant.cpp, non-Falcon): attn_v tensors (counted in file
+// order) and ffn_down of layer i in Q6_K where use_more_bits(i, n) holds. Tensors that are not
+// Q4_K already (embedding tables, F32 fallbacks) keep their type.
+void apply_q4_k_m_mix(std::vector<PlannedTensor>& tensors, int64_t n_layer) {
+  auto use_more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  int64_t n_v = 0, i_v = 0;
+  for (const PlannedTensor& t : tensors) n_v += ends_with(t.name, "attn_v.weight");
+  for (PlannedTensor& t : tensors) {
+    if (t.type != GgmlType::Q4_K) {
+      i_v += ends_with(t.name, "attn_v.weight");
+      continue;
+    }
+    if (ends_with(t.name, "attn_v.weight")) {
+      if (use_more_bits(i_v++, n_v)) t.type = GgmlType::Q6_K;
+    } else if (ends_with(t.name, "ffn_down.weight")) {
+      const int64_t layer = std::stoll(t.name.substr(4));  // "blk.<layer>."
+      if (use_more_bits(layer, n_layer)) t.type = GgmlType::Q6_K;
+    }
+  }
+}
+
 GeneratedPlan plan_model(const GeneratorSpec& spec) {
   Shape s = preset_shape(spec.preset);
   if (spec.n_vocab > 0) s.n_vocab = spec.n_vocab;
@@ -198,7 +225,11 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   w.set_u32(a + "rope.dimension_count", s.hd_full);
   w.set_u32(a + "rope.dimension_count_swa", s.hd_swa);
   w.set_f32(a + "final_logit_softcapping", 30.0f);
-  if (const auto file_type = llama_file_type_of(spec.type)) w.set_u32("general.file_type", *file_type);
+  if (spec.q4_k_m) {
+    w.set_u32("general.file_type", kLlamaFileTypeQ4_K_M);
+  } else if (const auto file_type = llama_file_type_of(spec.type)) {
+    w.set_u32("general.file_type", *file_type);
+  }
 
   auto wtype = [&](int64_t cols) {
     return cols % ggml_block_elems(spec.type) == 0 ? spec.type : GgmlType::F32;  // fall back like llama-quantize
@@ -252,6 +283,7 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
     add(p + "proj.weight", {P, d}, {0, 1.0f / std::sqrt(float(P))}, true);
     add(p + "post_norm.weight", {d}, {0.8f, norm_std}, false);
   }
+  if (spec.q4_k_m) apply_q4_k_m_mix(g.tensors, L);
   return g;
 }
 
@@ -266,6 +298,21 @@ void fill_planned(const PlannedTensor& t, uint64_t seed, uint8_t* dst, ThreadPoo
 }
 
 }  // namespace
+
+bool parse_generated_type(const std::string& name, GeneratorSpec* spec) {
+  std::string lower = name;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "q4_k_m") {
+    spec->type = GgmlType::Q4_K;
+    spec->q4_k_m = true;
+    return true;
+  }
+  const auto t = ggml_type_from_name(name);
+  if (!t) return false;
+  spec->type = *t;
+  spec->q4_k_m = false;
+  return true;
+}
 
 int64_t GeneratedLayout::n_params() const {
   int64_t n = 0;

@@ -25,7 +25,14 @@ struct GeneratorSpec {
   uint64_t seed = 42;
   bool include_shared_kv = true;    // write the unused K/V tensors of KV-shared layers
   bool pure = false;                // embedding tables of `type` too (else as llama-quantize: Q6_K)
+  // llama-quantize's Q4_K_M mix (with type Q4_K): attn_v and ffn_down of the layers its use_more_bits
+  // picks (the first and last eighth, every third between) in Q6_K, the rest Q4_K.
+  bool q4_k_m = false;
 };
+
+// Parses a --type value of the generator front ends: a GGML type name, or "q4_k_m" (Q4_K with
+// q4_k_m set). False when the name is neither.
+bool parse_generated_type(const std::string& name, GeneratorSpec* spec);
 
 // The metadata (as a parsed GGUF without tensor data) and tensor list of a generated model, without
 // generating any weights: for tests of shapes, parameter counts and the layer plan.
