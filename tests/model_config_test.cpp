@@ -121,6 +121,38 @@ TEST(ModelConfig, GeneratedEmbeddingTablesFollowLlamaQuantize) {
   }
 }
 
+// --type q4_k_m: the tensor types llama-quantize Q4_K_M gave an E2B-shaped f16 file written by
+// make-model (llama.cpp v0.5.0 from node-llama-cpp 3.22.1, 2026-12-01): Q6_K for attn_v and ffn_down of
+// these layers, Q4_K for the other matrices, Q6_K tables, F32 per_layer_model_proj.
+TEST(ModelConfig, GeneratedQ4KMMixMatchesLlamaQuantize) {
+  GeneratorSpec spec;
+  spec.preset = "e2b";
+  ASSERT_TRUE(parse_generated_type("Q4_K_M", &spec));
+  EXPECT_TRUE(spec.q4_k_m);
+  EXPECT_EQ(spec.type, GgmlType::Q4_K);
+  const auto layout = describe_generated_model(spec);
+  EXPECT_EQ(layout.metadata->get_int("general.file_type"), 15);
+  const std::set<int> more_bits = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 31, 32, 33, 34};
+  int q6 = 0;
+  for (const auto& t : layout.tensors) {
+    if (t.ne.size() != 2) continue;
+    const bool table = t.name == "token_embd.weight" || t.name == "per_layer_token_embd.weight";
+    GgmlType want = GgmlType::Q4_K;
+    if (table) want = GgmlType::Q6_K;
+    if (t.name == "per_layer_model_proj.weight") want = GgmlType::F32;
+    const bool v_or_down = t.name.find("attn_v.weight") != std::string::npos ||
+                           t.name.find("ffn_down.weight") != std::string::npos;
+    if (v_or_down && more_bits.count(std::stoi(t.name.substr(4)))) want = GgmlType::Q6_K;
+    q6 += t.type == GgmlType::Q6_K;
+    EXPECT_EQ(t.type, want) << t.name;
+  }
+  EXPECT_EQ(q6, 2 * int(more_bits.size()) + 2);
+  GeneratorSpec other;
+  EXPECT_FALSE(parse_generated_type("q4_k_x", &other));
+  EXPECT_TRUE(parse_generated_type("q4_k", &other));
+  EXPECT_FALSE(other.q4_k_m);
+}
+
 TEST(ModelConfig, TrainedTinyModelPlan) {
   auto f = gguf::GgufFile::open(test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf"));
   const ModelConfig c = ModelConfig::from_gguf(*f);
