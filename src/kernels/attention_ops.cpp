@@ -11,6 +11,9 @@ namespace gem4 {
 void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
                                int64_t v_col, int64_t nk, int width, float* out,
                                int64_t ldo);  // attention_ops_avx512.cpp
+void weighted_value_sum_avx2(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
+                             int64_t v_col, int64_t nk, int width, float* out,
+                             int64_t ldo);  // attention_ops_avx2.cpp (Avx2 and AvxVnni)
 
 namespace {
 
@@ -29,8 +32,9 @@ float element(GgmlType type, const void* row, int64_t i) {
 
 }  // namespace
 
-void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                                  int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlType type,
+                                  const void* const* v, int64_t v_col, int64_t nk, int width, float* out,
+                                  int64_t ldo) {
   for (int h = 0; h < n_rows; ++h) {
     float* o = out + h * ldo;
     for (int d = 0; d < width; ++d) o[d] = 0.0f;
@@ -45,8 +49,15 @@ void weighted_value_sum(const float* p, int64_t ldp, int n_rows, GgmlType type, 
                         int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
   if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
     throw std::logic_error("weighted_value_sum: value rows must be F32, F16 or BF16");
-  if (active_isa() == Isa::Avx512)
-    return weighted_value_sum_avx512(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+  switch (active_isa()) {
+    case Isa::Avx512:
+      return weighted_value_sum_avx512(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+    case Isa::Avx2:
+    case Isa::AvxVnni:
+      return weighted_value_sum_avx2(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+    case Isa::Scalar:
+      break;
+  }
   weighted_value_sum_reference(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
 }
 

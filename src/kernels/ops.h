@@ -1,11 +1,14 @@
 // Element-wise and row-wise operations of a transformer, in f32. Plain implementations (they are cheap
-// next to the matrix products), except the f16-table GELU, vectorised where AVX-512 is compiled in.
+// next to the matrix products), except RMSNorm, the f16-table GELU, softmax, softcap and argmax, which
+// pick a vectorised version for the active kernel set at run time (active_isa(): 8 lanes for Avx2 and
+// AvxVnni, 16 for Avx512; Scalar runs the references).
 #pragma once
 #include <cstdint>
 
 namespace gem4 {
 
-// y = x * (mean(x^2) + eps)^-1/2 * w (w may be null: no weight). In-place allowed (y == x).
+// y = x * (mean(x^2) + eps)^-1/2 * w (w may be null: no weight). In-place allowed (y == x). The same
+// bits on every kernel set.
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // RMSNorm of each of n_groups consecutive groups of width `group` with one shared weight (or null).
 void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, float eps);
@@ -27,20 +30,19 @@ void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n
 // The same, one element at a time (the reference the vectorised version is tested against).
 void gelu_tanh_f16_mul_reference(const float* gate, const float* up, float* out, int64_t n);
 
-// Numerically stable softmax in place. Vectorised where AVX-512 is compiled in (exp within ~2 ulp;
-// attention runs it on every query row's scores).
+// Numerically stable softmax in place. Vectorised (exp within ~2 ulp; attention runs it on every
+// query row's scores); -inf scores (masked keys) give exactly 0.
 void softmax(float* x, int64_t n);
 // The same with std::exp, one element at a time (the vectorised version's reference).
 void softmax_reference(float* x, int64_t n);
-// x = cap * tanh(x / cap). Vectorised where AVX-512 is compiled in (a tanh within ~3 ulp of libm's);
+// x = cap * tanh(x / cap). Vectorised (a tanh within ~3 ulp of libm's, the same bits on both vector sets);
 // decode applies it to 262,144 logits per token, where libm's tanhf took ~3 % of the token.
 void softcap(float* x, int64_t n, float cap);
 // The same with std::tanh, one element at a time (what the vectorised version is tested against).
 void softcap_reference(float* x, int64_t n, float cap);
 
-// Index of the largest finite value (the first on ties), or -1 when none is finite. Vectorised where
-// AVX-512 is compiled in: greedy decoding takes it over 262,144 logits per token, where the scalar loop
-// took ~0.2 ms.
+// Index of the largest finite value (the first on ties), or -1 when none is finite. Vectorised: greedy
+// decoding takes it over 262,144 logits per token, where the scalar loop took ~0.2 ms.
 int64_t argmax_finite(const float* x, int64_t n);
 // The same as a plain loop (what the vectorised version is tested against).
 int64_t argmax_finite_reference(const float* x, int64_t n);

@@ -1,0 +1,123 @@
+// AVX2 + FMA + F16C weighted sums of value rows (see attention_ops.h), for the Avx2 and AvxVnni sets;
+// the 256-bit counterpart of attention_ops_avx512.cpp. A tile of up to 4 output rows (query heads of
+// one KV group share their value rows) x 16 columns stays in registers while the keys stream by.
+// Register budget (16 ymm): 4 rows x 2 vectors = 8 accumulators, 2 value vectors, 1 broadcast weight,
+// 1 temporary for the BF16 widening: 12. Eight independent accumulators cover the FMA latency (4
+// cycles x 2 ports on Haswell through Alder Lake); per key 2 value loads + 4 broadcasts feed 8 FMAs,
+// so the loads (2 a cycle) keep up. Gemma's 8 heads per KV group make two full tiles; 6 rows would fit
+// (15 registers) but split 8 heads unevenly.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gguf/ggml_types.h"
+#include "tensor/quant.h"
+
+namespace gem4 {
+
+namespace {
+
+// 8 elements of an F32, F16 or BF16 row as f32 (exact), and one element (for columns past the last 8).
+struct LoadF32 {
+  using T = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static float one(const float* p) { return *p; }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float one(const uint16_t* p) { return fp16_to_fp32(*p); }
+};
+struct LoadBF16 {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+  }
+  static float one(const uint16_t* p) { return bf16_to_fp32(*p); }
+};
+
+// H rows x 8 * NV columns starting at column d0: per output, one FMA per key in order of j from +0.
+template <class L, int H, int NV>
+void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
+                float* out, int64_t ldo) {
+  using T = typename L::T;
+  __m256 acc[H][NV];
+#pragma GCC unroll 4
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < nk; ++j) {
+    const T* vj = static_cast<const T*>(v[j]) + v_col + d0;
+    __m256 vv[NV];
+#pragma GCC unroll 2
+    for (int c = 0; c < NV; ++c) vv[c] = L::load(vj + 8 * c);
+#pragma GCC unroll 4
+    for (int h = 0; h < H; ++h) {
+      const __m256 w = _mm256_broadcast_ss(p + h * ldp + j);
+      for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_fmadd_ps(w, vv[c], acc[h][c]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(out + h * ldo + d0 + 8 * c, acc[h][c]);
+}
+
+template <class L, int NV>
+void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk,
+                    int d0, float* out, int64_t ldo) {
+  switch (hn) {
+    case 4:
+      return value_tile<L, 4, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+    case 3:
+      return value_tile<L, 3, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+    case 2:
+      return value_tile<L, 2, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+    default:
+      return value_tile<L, 1, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+  }
+}
+
+template <class L>
+void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
+               int width, float* out, int64_t ldo) {
+  using T = typename L::T;
+  for (int h0 = 0; h0 < n_rows; h0 += 4) {
+    const int hn = std::min(4, n_rows - h0);
+    const float* ph = p + h0 * ldp;
+    float* oh = out + h0 * ldo;
+    int d0 = 0;
+    for (; d0 + 16 <= width; d0 += 16) value_tile_any<L, 2>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo);
+    if (d0 + 8 <= width) {
+      value_tile_any<L, 1>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo);
+      d0 += 8;
+    }
+    // The last < 8 columns (head widths are multiples of 16, so only odd test shapes get here): the
+    // same FMAs one element at a time.
+    for (int h = 0; h < hn; ++h) {
+      for (int d = d0; d < width; ++d) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < nk; ++j)
+          o = std::fma(ph[h * ldp + j], L::one(static_cast<const T*>(v[j]) + v_col + d), o);
+        oh[h * ldo + d] = o;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void weighted_value_sum_avx2(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
+                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+  switch (type) {
+    case GgmlType::F16:
+      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+    case GgmlType::BF16:
+      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+    default:
+      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+  }
+}
+
+}  // namespace gem4

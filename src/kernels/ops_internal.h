@@ -1,0 +1,34 @@
+// Internal to kernels/: the per-set entry points that ops.cpp and convert.cpp dispatch to on
+// active_isa() (see ops.h and convert.h for what each computes). Avx2 and AvxVnni run the ops_avx2
+// versions, Avx512 the ops_avx512 ones (conversions: the 256-bit F16C ones for both), Scalar the
+// references.
+#pragma once
+#include <cstdint>
+
+namespace gem4 {
+
+namespace ops_avx2 {  // ops_avx2.cpp: AVX2 + FMA + F16C, 8 lanes
+// `table` is the f16-indexed GELU table of ops.cpp (65,536 f32 results).
+void gelu_tanh_f16_mul(const float* table, const float* gate, const float* up, float* out, int64_t n);
+void softmax(float* x, int64_t n);
+void softcap(float* x, int64_t n, float cap);
+int64_t argmax_finite(const float* x, int64_t n);
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+}  // namespace ops_avx2
+
+namespace ops_avx512 {  // ops_avx512.cpp: 16 lanes, masked tails
+void gelu_tanh_f16_mul(const float* table, const float* gate, const float* up, float* out, int64_t n);
+void softmax(float* x, int64_t n);
+void softcap(float* x, int64_t n, float cap);
+int64_t argmax_finite(const float* x, int64_t n);
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+}  // namespace ops_avx512
+
+namespace convert_avx2 {  // convert_avx2.cpp: F16C (and AVX2 for BF16), 8 values per instruction
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n);
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+}  // namespace convert_avx2
+
+}  // namespace gem4
