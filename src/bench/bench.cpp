@@ -114,7 +114,9 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-md,--model-draft", "FILE", "drafter for --spec: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
   a.value("--draft-max", "N", "most drafted tokens per round", "3");
   a.flag("--draft-adaptive", "tune the draft length from acceptance and measured step costs");
-  a.flag("--roofline", "measure this machine's int8/bf16/fp32 peaks and read bandwidth; report fractions");
+  a.flag("--roofline",
+         "measure this machine's int8/bf16/fp32 peaks and read bandwidth with the running kernel set's "
+         "instructions (GEM4_ISA); report fractions");
   declare_thread_flag(a);
   declare_load_flags(a);
   if (!a.parse(argc, argv, first)) {
@@ -190,8 +192,12 @@ int cmd_bench(int argc, char** argv, int first) {
   if (a.on("--roofline")) {
     std::fprintf(stderr, "bench: measuring machine peaks...\n");
     peaks = measure_peaks(&pool);
-    std::fprintf(stderr, "bench: peaks: int8 %.0f GMAC/s, bf16 %.0f GMAC/s, fp32 %.0f GMAC/s, read %.1f GB/s\n",
-                 peaks.int8_gmacs, peaks.bf16_gmacs, peaks.fp32_gflops, peaks.read_gbs);
+    std::fprintf(
+        stderr,
+        "bench: peaks (%s kernel set): int8 (%s) %.0f GMAC/s, bf16 %.0f GMAC/s, fp32 %.0f GMAC/s, read (%s) "
+        "%.1f GB/s\n",
+        peaks.kernel_set, peaks.int8_instr, peaks.int8_gmacs, peaks.bf16_gmacs, peaks.fp32_gflops,
+        peaks.read_instr, peaks.read_gbs);
   }
 
   int max_ctx = 1;
@@ -420,9 +426,12 @@ int cmd_bench(int argc, char** argv, int first) {
       std::printf("plan: %s %s: %.3f GFLOP per token\n", r.test.c_str(),
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
     if (a.on("--roofline")) {
-      std::printf("\nroofline (peaks: the highest measured during the run, at the start and right before each\n"
-                  "repetition: int8 %.0f GMAC/s, read %.1f GB/s):\n",
-                  peaks.int8_gmacs, peaks.read_gbs);
+      std::printf(
+          "\nroofline (peaks: the highest measured during the run, at the start and right before each\n"
+          "repetition, with the running kernel set's instructions: int8 (%s: %s) %.0f GMAC/s, read (%s: %s) "
+          "%.1f GB/s):\n",
+          peaks.kernel_set, peaks.int8_instr, peaks.int8_gmacs, peaks.kernel_set, peaks.read_instr,
+          peaks.read_gbs);
       std::printf(
           "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all prompt matmuls "
           "GMAC/s | decode weight GB/s | of read bandwidth | decode time in matmuls | GB/s inside them |\n"

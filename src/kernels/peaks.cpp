@@ -1,27 +1,143 @@
 #include "kernels/peaks.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
 #include "kernels/cpu_features.h"
+#include "kernels/peaks_internal.h"
+#include "kernels/thread_pool.h"
 
 namespace gem4 {
 
-MachinePeaks measure_peaks_avx512(ThreadPool* pool);  // peaks_avx512.cpp
-double measure_int8_peak_quick_avx512(ThreadPool* pool);
-double measure_read_bandwidth_quick_avx512(ThreadPool* pool);
+namespace {
+
+using Clock = std::chrono::steady_clock;
+volatile uint64_t g_sink;
+
+// The Scalar set's read loop: 64-bit loads into general registers. The empty asm keeps the sums in
+// registers at every step, so the compiler (-march=native) cannot turn the loop into vector loads.
+uint64_t read_loop_scalar(const uint8_t* p, size_t bytes) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (size_t i = 0; i + 32 <= bytes; i += 32) {
+    uint64_t v[4];
+    std::memcpy(v, p + i, 32);
+    s0 += v[0];
+    s1 += v[1];
+    s2 += v[2];
+    s3 += v[3];
+    asm("" : "+r"(s0), "+r"(s1), "+r"(s2), "+r"(s3));
+  }
+  return s0 + s1 + s2 + s3;
+}
+
+// The running set's loops. A set the CPU cannot run is never active (active_isa clamps).
+PeakLoops loops_for(Isa isa) {
+  PeakLoops l;
+  switch (isa) {
+    case Isa::Avx512:
+      l.int8_instr = "vpdpbusd zmm";
+      l.read_instr = "512-bit loads";
+      l.int8 = int8_loop_avx512;
+      if (cpu_features().avx512bf16) l.bf16 = bf16_loop_avx512;
+      l.fp32 = fp32_loop_avx512;
+      l.read = read_loop_avx512;
+      break;
+    case Isa::AvxVnni:
+      l.int8_instr = "vpdpbusd ymm";
+      l.read_instr = "256-bit loads";
+      l.int8 = int8_loop_avxvnni;
+      l.fp32 = fp32_loop_avx2;
+      l.read = read_loop_avx2;
+      break;
+    case Isa::Avx2:
+      l.int8_instr = "vpmaddubsw ymm";
+      l.read_instr = "256-bit loads";
+      l.int8 = int8_loop_avx2;
+      l.fp32 = fp32_loop_avx2;
+      l.read = read_loop_avx2;
+      break;
+    case Isa::Scalar:
+      l.int8_instr = "none";
+      l.read_instr = "64-bit loads";
+      l.read = read_loop_scalar;
+      break;
+  }
+  return l;
+}
+
+// Runs `loop` on every thread for a fixed number of iterations; returns MACs/s summed over threads, or
+// 0 without a loop.
+double measure(ThreadPool* pool, PeakLoop loop, int64_t iters, int reps) {
+  if (!loop) return 0;
+  const int n = pool ? pool->size() : 1;
+  double best = 0;
+  // Best of many short runs (~10 ms each): on a shared machine a neighbour's burst lowers some of
+  // them, and a peak must not be underestimated (that would flatter every fraction of it).
+  for (int rep = 0; rep < reps; ++rep) {
+    std::vector<double> ops(n, 0);
+    const auto t0 = Clock::now();
+    if (pool)
+      pool->run_on_all([&](int t) { ops[t] = loop(iters); });
+    else
+      ops[0] = loop(iters);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    double total = 0;
+    for (double o : ops) total += o;
+    best = std::max(best, total / secs);
+  }
+  return best;
+}
+
+// Bytes/s: every thread reads its own chunk of `buf`; best of `passes`.
+double read_bandwidth(ThreadPool* pool, ReadLoop loop, const std::vector<uint8_t>& buf, int passes) {
+  const int n = pool ? pool->size() : 1;
+  const size_t chunk = buf.size() / n / 256 * 256;
+  double best = 0;
+  for (int rep = 0; rep < passes; ++rep) {  // best of several passes, for the same reason
+    std::vector<uint64_t> sums(n, 0);
+    const auto t0 = Clock::now();
+    auto body = [&](int t) { sums[t] = loop(buf.data() + chunk * t, chunk); };
+    if (pool)
+      pool->run_on_all(body);
+    else
+      body(0);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    g_sink = sums[0];
+    best = std::max(best, double(chunk) * n / secs);
+  }
+  return best;
+}
+
+constexpr int64_t kIters = 4'000'000;  // ~10 ms per run of a compute loop
+
+}  // namespace
 
 MachinePeaks measure_peaks(ThreadPool* pool) {
-  // The loops use AVX-512 instructions; other CPUs report zeros (no peak to compare against).
-  if (!cpu_features().avx512f) return MachinePeaks{};
-  return measure_peaks_avx512(pool);
+  const Isa isa = active_isa();
+  const PeakLoops l = loops_for(isa);
+  MachinePeaks p;
+  p.kernel_set = isa_name(isa);
+  p.int8_instr = l.int8_instr;
+  p.read_instr = l.read_instr;
+  p.int8_gmacs = measure(pool, l.int8, kIters, 20) / 1e9;
+  p.bf16_gmacs = measure(pool, l.bf16, kIters, 20) / 1e9;
+  p.fp32_gflops = measure(pool, l.fp32, kIters, 20) / 1e9;
+  const std::vector<uint8_t> buf(size_t(512) << 20, 1);  // 512 MiB: far beyond the caches
+  p.read_gbs = read_bandwidth(pool, l.read, buf, 8) / 1e9;
+  return p;
 }
 
 double measure_int8_peak_quick(ThreadPool* pool) {
-  if (!cpu_features().avx512f || !cpu_features().avx512vnni) return 0;
-  return measure_int8_peak_quick_avx512(pool);
+  return measure(pool, loops_for(active_isa()).int8, kIters, 8) / 1e9;
 }
 
 double measure_read_bandwidth_quick(ThreadPool* pool) {
-  if (!cpu_features().avx512f) return 0;
-  return measure_read_bandwidth_quick_avx512(pool);
+  // 256 MiB kept between calls (allocating and faulting it in would cost more than the measurement).
+  static const std::vector<uint8_t> buf(size_t(256) << 20, 1);
+  return read_bandwidth(pool, loops_for(active_isa()).read, buf, 3) / 1e9;
 }
 
 }  // namespace gem4

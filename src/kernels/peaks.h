@@ -1,5 +1,16 @@
-// This machine's compute and bandwidth peaks, measured with tight loops, so `gem4 bench --roofline`
-// can print achieved throughput as a fraction of what the CPU can do.
+// This machine's compute and bandwidth peaks, measured with tight loops of the running kernel set's
+// instructions (active_isa(): GEM4_ISA=avx2 measures what the AVX2 kernels can reach, not what the CPU's
+// widest instructions could), so `gem4 bench --roofline` can print achieved throughput as a fraction of
+// what that set can do on this CPU.
+//   Avx512   int8 vpdpbusd zmm (64 MACs each), bf16 vdpbf16ps zmm (32, 0 without AVX512_BF16),
+//            fp32 vfmadd zmm (16), 512-bit loads
+//   AvxVnni  int8 vpdpbusd ymm (32), no bf16 dot (0), fp32 vfmadd ymm (8), 256-bit loads
+//   Avx2     int8 vpmaddubsw ymm (32 MACs counted per instruction; its int16 sums are added with vpaddw
+//            and widened with one vpmaddwd per four, as in the kernels: see peaks_avx2.cpp), no bf16 (0),
+//            fp32 vfmadd ymm (8), 256-bit loads
+//   Scalar   compute peaks 0: the scalar kernels are plain loops whose instructions the compiler picks
+//            (it may vectorize them), so no instruction sequence stands for them; read bandwidth with
+//            64-bit general-register loads
 #pragma once
 
 namespace gem4 {
@@ -7,19 +18,24 @@ namespace gem4 {
 class ThreadPool;
 
 struct MachinePeaks {
-  double int8_gmacs = 0;   // vpdpbusd (AVX-512 VNNI) multiply-accumulates per second, all threads
-  double bf16_gmacs = 0;   // vdpbf16ps
-  double fp32_gflops = 0;  // vfmadd, counted as multiply-adds (GMAC/s)
-  double read_gbs = 0;     // streaming read bandwidth over a buffer much larger than the caches
+  double int8_gmacs = 0;   // the set's int8 dot instruction: multiply-accumulates per second, all threads
+  double bf16_gmacs = 0;   // the set's bf16 dot instruction (vdpbf16ps in Avx512 only), 0 without one
+  double fp32_gflops = 0;  // the set's f32 FMA, counted as multiply-adds (GMAC/s)
+  double read_gbs = 0;     // streaming read bandwidth with the set's widest loads over a buffer much
+                           // larger than the caches, all threads
+  const char* kernel_set = "";  // isa_name() of the set measured
+  const char* int8_instr = "";  // "vpdpbusd zmm", ... ("none" for Scalar)
+  const char* read_instr = "";  // "512-bit loads", ...
 };
 
-// Takes about a second. Peaks for instructions the CPU lacks are 0.
+// Takes about a second. Peaks the running set has no instruction for are 0.
 MachinePeaks measure_peaks(ThreadPool* pool);
 
 // The two peaks the roofline divides by, measured quickly (~0.1 s each, fewer repetitions than
 // measure_peaks) so that a benchmark can measure them again between its repetitions and divide by the
 // highest seen: on a shared machine whose speed drifts, one measurement may fall in a slow moment.
-double measure_int8_peak_quick(ThreadPool* pool);      // G MAC/s, 0 without AVX-512 VNNI
-double measure_read_bandwidth_quick(ThreadPool* pool);  // GB/s, 0 without AVX-512
+// Same instructions as measure_peaks (the running set's).
+double measure_int8_peak_quick(ThreadPool* pool);       // G MAC/s, 0 for the Scalar set
+double measure_read_bandwidth_quick(ThreadPool* pool);  // GB/s
 
 }  // namespace gem4

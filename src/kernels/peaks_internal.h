@@ -1,0 +1,59 @@
+// The peak loops of each kernel set (peaks_<set>.cpp, each compiled for its set's instructions) and what
+// they count. peaks.cpp times them on every thread; the loop files hold nothing but the loops, so no
+// standard-library code is compiled with a wider instruction set than the caller's.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace gem4 {
+
+// Runs `iters` iterations on the calling thread; returns the multiply-adds done (one per int8 or bf16
+// product summed, one per FMA lane).
+using PeakLoop = double (*)(int64_t iters);
+// Reads `bytes` bytes at p (a multiple of 256, any alignment) with the set's widest loads and returns
+// their sum (so the loads cannot be dropped).
+using ReadLoop = uint64_t (*)(const uint8_t* p, size_t bytes);
+
+struct PeakLoops {
+  const char* int8_instr = nullptr;  // what the int8 loop issues and counts, for the bench's report
+  const char* read_instr = nullptr;
+  PeakLoop int8 = nullptr, bf16 = nullptr, fp32 = nullptr;  // nullptr: the set has no such instruction
+  ReadLoop read = nullptr;
+};
+
+// Twelve independent accumulator chains c0..c11 of type T (more than any of the loops' instruction
+// latency times its issue rate), as named variables: GCC 12 keeps an array of vector accumulators in
+// memory, or moves it between registers, at every iteration, which cost a third of the int8 peak.
+#define GEM4_PEAK_DECLARE_12(T, init)                                                                       \
+  T c0 = (init), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, \
+    c11 = c0
+#define GEM4_PEAK_STEP_12(STEP) \
+  STEP(c0);                     \
+  STEP(c1);                     \
+  STEP(c2);                     \
+  STEP(c3);                     \
+  STEP(c4);                     \
+  STEP(c5);                     \
+  STEP(c6);                     \
+  STEP(c7);                     \
+  STEP(c8);                     \
+  STEP(c9);                     \
+  STEP(c10);                    \
+  STEP(c11)
+#define GEM4_PEAK_SUM_12(ADD) \
+  ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), ADD(ADD(c8, c9), ADD(c10, c11)))
+
+// peaks_avx512.cpp: vpdpbusd zmm (64 MACs), vdpbf16ps zmm (32, where the CPU has AVX512_BF16),
+// vfmadd zmm (16), 512-bit loads.
+uint64_t read_loop_avx512(const uint8_t* p, size_t bytes);
+double int8_loop_avx512(int64_t iters);
+double bf16_loop_avx512(int64_t iters);
+double fp32_loop_avx512(int64_t iters);
+// peaks_avx2.cpp: vpmaddubsw ymm (32 MACs counted, see there), vfmadd ymm (8), 256-bit loads.
+uint64_t read_loop_avx2(const uint8_t* p, size_t bytes);
+double int8_loop_avx2(int64_t iters);
+double fp32_loop_avx2(int64_t iters);
+// peaks_avxvnni.cpp: vpdpbusd ymm (32 MACs); the rest of the AvxVnni set is the Avx2 set's.
+double int8_loop_avxvnni(int64_t iters);
+
+}  // namespace gem4
