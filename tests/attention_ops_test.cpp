@@ -13,16 +13,14 @@
 #include <random>
 #include <vector>
 
+#include "isa_override.h"
 #include "kernels/cpu_features.h"
 #include "tensor/quant.h"
 
 namespace gem4 {
 namespace {
 
-struct IsaOverride {
-  explicit IsaOverride(Isa isa) { set_isa_override(isa); }
-  ~IsaOverride() { clear_isa_override(); }
-};
+using test::IsaOverride;
 
 TEST(AttentionOps, WeightedValueSumMatchesReferenceExactly) {
   std::mt19937 rng(7);

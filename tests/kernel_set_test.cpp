@@ -10,15 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include "isa_override.h"
 #include "kernels/cpu_features.h"
 
 namespace gem4 {
 namespace {
 
-struct IsaOverride {
-  explicit IsaOverride(Isa isa) { set_isa_override(isa); }
-  ~IsaOverride() { clear_isa_override(); }
-};
+using test::IsaOverride;
 
 TEST(KernelSet, OverrideTakesTheWidestSupportedSetNotAboveTheAskedOne) {
   const CpuFeatures& f = cpu_features();

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "isa_override.h"
 #include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
@@ -42,11 +43,7 @@ bool is_int8_activation_type(GgmlType t) {
 }
 bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
 
-// Restores automatic ISA selection when a test ends.
-struct IsaOverride {
-  explicit IsaOverride(Isa isa) { set_isa_override(isa); }
-  ~IsaOverride() { clear_isa_override(); }
-};
+using test::IsaOverride;
 
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
