@@ -74,6 +74,16 @@ struct PackedQ4_K {  // super-block header of fp16 d and dmin, then per sub-bloc
   }
 };
 
+// The packed copy is read from memory once per call as the panels are built: prefetched 2 KiB ahead
+// into L1 and 8 KiB into L2, as the GEMV does (the hardware prefetchers stop at 4 KiB pages; the
+// 256-bit sets' unpacking spent 16 % of an E4B prompt waiting without it).
+inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
+  for (size_t line = 0; line < bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + 2048 + line), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + 8192 + line), _MM_HINT_T1);
+  }
+}
+
 // The GEMM panel built from a packed copy (packed_matrix.h): the levels are already interleaved, so
 // Q8_0 is a copy and Q4_0/Q4_K split each byte's two nibbles into groups g and g + 4; scales (and
 // Q4_K's mins) as the decode kernels form them.
@@ -89,6 +99,7 @@ void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* src = Fmt::block(base, b);
     uint8_t* pb = panel + b * L::kBlockBytes;
+    prefetch_ahead(src, packed_block_bytes(w.type));
     if constexpr (kNibbles) {
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {  // i = 2 g + h
@@ -208,6 +219,7 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
     const uint8_t* super;
     const uint8_t* blk = planes_block<K>(src, b, &super);
     uint8_t* pb = panel + b * L::kBlockBytes;
+    prefetch_ahead(blk, K::kBlockBytes);
     for (int h = 0; h < 2; ++h) {
       __m512i lv[8];
       K::levels(blk, h, lv);
