@@ -19,8 +19,9 @@ int64_t hsum_i32(__m256i v) {
   for (int32_t x : t) s += x;
   return s;
 }
-int64_t hsum_i64(__m256i v) {
-  alignas(32) int64_t t[4];
+// Unsigned: the read loops' sums wrap (only their dependence on every byte matters).
+uint64_t hsum_u64(__m256i v) {
+  alignas(32) uint64_t t[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(t), v);
   return t[0] + t[1] + t[2] + t[3];
 }
@@ -85,7 +86,7 @@ uint64_t read_loop_avx2(const uint8_t* p8, size_t bytes) {
     s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(p + i + 2));
     s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(p + i + 3));
   }
-  return uint64_t(hsum_i64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3))));
+  return uint64_t(hsum_u64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3))));
 }
 
 }  // namespace gem4

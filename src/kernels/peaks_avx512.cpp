@@ -14,11 +14,12 @@ namespace {
 volatile int64_t g_sink;
 
 // Horizontal sums through memory: GCC 12's _mm512_reduce_* trip -Wuninitialized.
-int64_t hsum_i64(__m512i v) {
-  alignas(64) int64_t t[8];
+// Unsigned: the read loops' sums wrap (only their dependence on every byte matters).
+uint64_t hsum_u64(__m512i v) {
+  alignas(64) uint64_t t[8];
   _mm512_store_si512(t, v);
-  int64_t s = 0;
-  for (int64_t x : t) s += x;
+  uint64_t s = 0;
+  for (uint64_t x : t) s += x;
   return s;
 }
 int64_t hsum_i32(__m512i v) {
@@ -83,7 +84,7 @@ uint64_t read_loop_avx512(const uint8_t* p8, size_t bytes) {
     s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 2));
     s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 3));
   }
-  return uint64_t(hsum_i64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3))));
+  return uint64_t(hsum_u64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3))));
 }
 
 }  // namespace gem4
