@@ -1,5 +1,6 @@
 // Matrix products: the plain reference, argument checks, ISA dispatch and the portable (scalar) fast
-// path. The SIMD kernels live in matmul_avx512.cpp and matmul_avx2.cpp.
+// path. The SIMD kernels live in matmul_avx512.cpp (+ matmul_packed_avx512.cpp), int8_ymm.inc (the
+// AVX2 / AVX-VNNI int8 kernels on packed weights) and matmul_avx2.cpp (their GGUF-layout rest).
 #include "kernels/matmul.h"
 
 #include <algorithm>

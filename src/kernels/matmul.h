@@ -19,7 +19,7 @@ struct MatrixView {
   int64_t in = 0;   // columns (reduction length)
   int64_t out = 0;  // rows
   size_t row_bytes = 0;
-  // Optional copy of the same weights in the layout of packed_matrix.h, used by the AVX-512 int8
+  // Optional copy of the same weights in the layout of packed_matrix.h, read by every SIMD set's int8
   // kernels when set (data stays valid and is what the other paths read).
   const uint8_t* packed = nullptr;
   // Rows [first, first + count) as a smaller matrix.

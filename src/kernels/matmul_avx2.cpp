@@ -1,5 +1,6 @@
-// Matrix-product kernels for AVX2 + FMA + F16C (no AVX-512): the fallback for older x86 CPUs.
-// Simpler than the AVX-512 path: no repacked panels. Weight rows are processed in tiles of 16 that stay
+// GGUF-layout matrix products of the 256-bit kernel sets (AVX2 + FMA + F16C; AVX-VNNI uses them too):
+// what int8_ymm.inc (the packed-layout int8 kernels) does not take, i.e. Q4_1/Q5_0/Q5_1, the F32/F16/BF16
+// family, and every type when packed reading is off (bench --repack 0). No repacked panels: weight rows are processed in tiles of 16 that stay
 // in L1/L2 while every group of activation rows passes over them, so each weight byte is fetched from
 // memory once per call and decoded once per activation group.
 //  * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: activations quantized like llama.cpp (q8_0 / q8_1); block dot products

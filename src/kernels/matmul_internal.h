@@ -27,7 +27,8 @@ Int8Format int8_format(GgmlType t);
 enum ScratchSlot { kSlotActivations = 0, kSlotPanel = 1, kSlotRows = 2, kSlotCount = 3 };
 void* thread_scratch(ScratchSlot slot, size_t bytes);
 
-// The three implementations behind matmul(); arguments already validated, rows >= 1, out >= 1.
+// The GGUF-layout implementations behind matmul() (the 256-bit sets' packed int8 kernels are declared
+// below); arguments already validated, rows >= 1, out >= 1.
 void matmul_scalar(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                    ThreadPool* pool);
 void matmul_avx2(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,

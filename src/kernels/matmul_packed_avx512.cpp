@@ -96,10 +96,11 @@ void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_
                                  std::conditional_t<std::is_same_v<Dec, DecodeQ4_0>, PackedQ4_0, PackedQ4_K>>;
   const uint8_t* base = w.packed + size_t(p) * size_t(nb) * packed_block_bytes(w.type);
   const __m512i low = _mm512_set1_epi8(0x0F);
+  const size_t block_bytes = packed_block_bytes(w.type);  // a call: not once per block
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* src = Fmt::block(base, b);
     uint8_t* pb = panel + b * L::kBlockBytes;
-    prefetch_ahead(src, packed_block_bytes(w.type));
+    prefetch_ahead(src, block_bytes);
     if constexpr (kNibbles) {
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {  // i = 2 g + h
