@@ -20,7 +20,8 @@
 #include "model/forward.h"
 #include "model/generator.h"
 #include "model/model.h"
-#include "generate/speculative.h"
+#include "generate/drafter_factory.h"
+#include "generate/generate.h"
 #include "text/tokenizer.h"
 
 namespace gem4::cli {
@@ -332,8 +333,8 @@ int cmd_bench(int argc, char** argv, int first) {
           generate::SpecOptions sopt;
           sopt.draft_max = int(a.integer("--draft-max"));
           sopt.adaptive = a.on("--draft-adaptive");
-          generate::SpeculativeDecoder dec(session, drafter.get(), sopt);
-          const auto run = generate::run_speculative(dec, spec_prompt, n_gen, nullptr);
+          session.speculate(drafter.get(), sopt);
+          const auto run = generate::generate_tokens(session, spec_prompt, n_gen);
           v.spec_drafted += double(run.stats.drafted), v.spec_accepted += double(run.stats.accepted);
           v.spec_rounds += double(run.stats.draft_rounds);
           spec_ts = run.stats.decode_tokens_per_s();

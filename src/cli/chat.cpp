@@ -7,11 +7,16 @@
 // reports on stderr, in this stable format:
 //   [prompt: N new tokens, M reused] [reply: G tokens, T t/s, stop: REASON]
 // Commands: /reset (forget the conversation, keep the system message), /exit (or end of input).
+// --session FILE keeps the conversation in FILE (rewritten atomically after every turn) and its
+// prompts' K/V in the prompt cache (--prompt-cache, else the folder FILE.kv), so a later
+// `gem4 chat --session FILE` goes on where it stopped without recomputing the conversation.
 // Ctrl-C while the model writes stops that reply (kept as far as it went) and returns to the prompt;
 // Ctrl-C at the prompt exits.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -57,6 +62,41 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
+constexpr const char* kSessionFormat = "gem4-chat-session";
+
+// The conversation saved by --session (null when FILE does not exist yet). Throws naming the file.
+nlohmann::json read_session(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return nullptr;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("chat: --session " + path + " is not a chat session file: " + e.what());
+  }
+  if (!j.is_object() || j.value("format", "") != kSessionFormat || !j.contains("messages") || !j["messages"].is_array())
+    throw std::runtime_error("chat: --session " + path + " is not a chat session file (no \"format\": \"" +
+                             std::string(kSessionFormat) + "\" with \"messages\")");
+  for (const auto& m : j["messages"])
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw std::runtime_error("chat: --session " + path + ": a message without a \"role\"");
+  return j;
+}
+
+// Written under a temporary name and renamed, so a crash leaves the old file or the new one.
+void write_session(const std::string& path, const nlohmann::json& messages) {
+  const nlohmann::json j = {{"format", kSessionFormat}, {"version", 1}, {"messages", messages}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << j.dump(1) << "\n";
+    if (!f) throw std::runtime_error("chat: cannot write --session file " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error("chat: cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
 }  // namespace
 
 int cmd_chat(int argc, char** argv, int first) {
@@ -67,6 +107,8 @@ int cmd_chat(int argc, char** argv, int first) {
   a.value("--system", "TEXT", "system message");
   a.flag("--think", "enable thinking (the reasoning is shown dimmed, or on stderr when stdout is not a terminal)");
   a.flag("--no-bos", "do not start the prompt with BOS");
+  a.value("--session", "FILE", "save the conversation in FILE after each turn and resume it from there");
+  declare_spec_flags(a);
   declare_sampling_flags(a);
   declare_session_flags(a);
   if (!a.parse(argc, argv, first)) {
@@ -83,11 +125,33 @@ int cmd_chat(int argc, char** argv, int first) {
   req.sampling = sampling_params(a, *model->file);
   apply_request_flags(a, req);
   ThreadPool pool(thread_count(a));
-  Session session(*model, &pool, session_options(a, *model));
+  const SessionOptions opt = session_options(a, *model);
+  Session session(*model, &pool, opt);
+  Speculation spec = speculation(a, *model, &pool, opt, req.sampling.seed);
+  session.speculate(spec.drafter.get(), spec.opt);
+  const std::string session_file = a.has("--session") ? a.str("--session") : "";
+  std::unique_ptr<generate::PromptCacheDir> prompt_cache;
+  if (a.has("--prompt-cache")) {
+    prompt_cache = open_prompt_cache(a, *model, session.kv(), session.store());
+  } else if (!session_file.empty() && session.store()) {
+    prompt_cache = open_prompt_cache_at(session_file + ".kv", uint64_t(a.integer("--prompt-cache-mib")) << 20, *model,
+                                        session.kv(), *session.store());
+  }
+  session.engine().set_disk(prompt_cache.get());
 
   nlohmann::json system_turn = nlohmann::json::array();
   if (a.has("--system")) system_turn.push_back({{"role", "system"}, {"content", a.str("--system")}});
   nlohmann::json messages = system_turn;
+  if (!session_file.empty()) {
+    const nlohmann::json saved = read_session(session_file);
+    if (!saved.is_null()) {
+      messages = saved["messages"];
+      if (!messages.empty() && messages[0].value("role", "") == "system") {
+        system_turn = nlohmann::json::array({messages[0]});
+      }
+      std::fprintf(stderr, "chat: resumed %zu messages from %s\n", messages.size(), session_file.c_str());
+    }
+  }
 
   const bool interactive = isatty(STDIN_FILENO) == 1;
   std::fprintf(stderr, "%s\nchat: context %d tokens; /reset starts over, /exit quits%s\n",
@@ -105,6 +169,7 @@ int cmd_chat(int argc, char** argv, int first) {
     if (input == "/exit" || input == "/quit") break;
     if (input == "/reset") {
       messages = system_turn;
+      if (!session_file.empty()) write_session(session_file, messages);
       std::fprintf(stderr, "[conversation reset]\n");
       continue;
     }
@@ -142,6 +207,7 @@ int cmd_chat(int argc, char** argv, int first) {
     nlohmann::json reply = {{"role", "assistant"}, {"content", printer.parser().content()}};
     if (!printer.parser().tool_calls().empty()) reply["tool_calls"] = printer.parser().tool_calls();
     messages.push_back(std::move(reply));
+    if (!session_file.empty()) write_session(session_file, messages);
   }
   return 0;
 }

@@ -16,9 +16,53 @@ void declare_session_flags(Args& a) {
   a.value("-c,--ctx", "N", "context size in tokens", "the model's, at most 4096");
   a.value("--ubatch", "N", "micro-batch size for prompt processing", "512");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  a.value("--cache-ram", "MIB", "memory for K/V snapshots of past prefixes (0: off)", "256");
+  a.value("--prompt-cache", "DIR", "keep prompt prefixes' K/V on disk in DIR, across runs");
+  a.value("--prompt-cache-mib", "MIB", "size cap of the --prompt-cache folder", "4096");
   declare_thread_flag(a);
   declare_load_flags(a);
   declare_plan_flags(a);
+}
+
+std::unique_ptr<generate::PromptCacheDir> open_prompt_cache_at(const std::string& dir, uint64_t max_bytes,
+                                                               const Model& model, const KvCache& kv,
+                                                               const generate::PrefixStore& store) {
+  if (!model.file) throw ArgError("--prompt-cache needs a model file");
+  generate::PromptCacheKey key;
+  key.model_id = generate::model_file_identity(*model.file);
+  key.layout = kv.layout_signature();
+  key.chunk_tokens = store.chunk_tokens();
+  key.chunk_bytes = store.chunk_bytes();
+  return std::make_unique<generate::PromptCacheDir>(dir, key, max_bytes);
+}
+
+std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const Model& model, const KvCache& kv,
+                                                            const generate::PrefixStore* store) {
+  if (!a.has("--prompt-cache")) return nullptr;
+  if (!store) throw ArgError("--prompt-cache needs --cache-ram above 0 (the chunks go through memory)");
+  const long long mib = a.integer("--prompt-cache-mib");
+  if (mib < 1) throw ArgError("flag '--prompt-cache-mib' must be at least 1");
+  return open_prompt_cache_at(a.str("--prompt-cache"), uint64_t(mib) << 20, model, kv, *store);
+}
+
+void declare_spec_flags(Args& a) {
+  a.value("--spec", "KINDS", "speculative decoding: none, mtp, draft, ngram or a combination (mtp,ngram)", "none");
+  a.value("-md,--model-draft", "FILE", "drafter: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
+  a.value("--draft-max", "N", "most drafted tokens per round", "3");
+  a.flag("--draft-adaptive", "tune the draft length from measured acceptance and step costs");
+}
+
+Speculation speculation(const Args& a, const Model& model, ThreadPool* pool, const SessionOptions& opt,
+                        uint64_t seed) {
+  Speculation s;
+  s.spec = a.str("--spec");
+  if (a.has("-md")) s.draft_model = Model::load(a.str("-md"), load_options(a));
+  s.drafter = generate::make_drafter(s.spec, model, {s.draft_model.get()}, pool, opt);
+  s.opt.draft_max = int(a.integer("--draft-max"));
+  if (s.opt.draft_max < 0) throw ArgError("flag '--draft-max' must be >= 0");
+  s.opt.adaptive = a.on("--draft-adaptive");
+  s.opt.seed = seed;
+  return s;
 }
 
 SessionOptions session_options(const Args& a, const Model& model) {
@@ -34,6 +78,9 @@ SessionOptions session_options(const Args& a, const Model& model) {
   o.ubatch = int(std::min<long long>(ub, o.n_ctx));
   o.kv_type = kv_type_from_name(a.str("--kv-type"));
   o.switches = plan_switches(a);
+  const long long ram = a.integer("--cache-ram");
+  if (ram < 0) throw ArgError("flag '--cache-ram' must be >= 0");
+  o.prefix_store_bytes = size_t(ram) << 20;
   return o;
 }
 

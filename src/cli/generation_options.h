@@ -3,6 +3,7 @@
 // Sampling defaults come from the model's general.sampling.* keys when present.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "generate/drafter_factory.h"
 #include "generate/generate.h"
+#include "generate/prompt_cache_file.h"
 #include "generate/session.h"
 #include "model/model.h"
 #include "text/output_parser.h"
@@ -18,10 +21,30 @@
 
 namespace gem4::cli {
 
-// -c, --ubatch, --kv-type, -t, and the plan switches.
+// -c, --ubatch, --kv-type, -t, the plan switches and the prompt caches (--cache-ram, --prompt-cache,
+// --prompt-cache-mib).
 void declare_session_flags(Args& a);
 // n_ctx defaults to the model's context_length, capped at 4096 (a full 128k cache is rarely wanted).
 SessionOptions session_options(const Args& a, const Model& model);
+// --prompt-cache DIR: the folder of prompt prefixes kept on disk for `kv`'s layout (null without the
+// flag). Needs a prefix store (--cache-ram > 0) to fill it. Throws naming the flag and folder.
+std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const Model& model, const KvCache& kv,
+                                                            const generate::PrefixStore* store);
+std::unique_ptr<generate::PromptCacheDir> open_prompt_cache_at(const std::string& dir, uint64_t max_bytes,
+                                                               const Model& model, const KvCache& kv,
+                                                               const generate::PrefixStore& store);
+
+// --spec, -md, --draft-max, --draft-adaptive.
+void declare_spec_flags(Args& a);
+// The drafter these flags ask for (drafter null for --spec none) and the draft model it reads.
+struct Speculation {
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<generate::Drafter> drafter;
+  generate::SpecOptions opt;
+  std::string spec;
+};
+Speculation speculation(const Args& a, const Model& model, ThreadPool* pool, const SessionOptions& opt,
+                        uint64_t seed);
 
 // --temp, --top-k, --top-p, --min-p, --seed, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, -n, --stop, --ignore-eos.

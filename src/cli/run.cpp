@@ -16,7 +16,6 @@
 #include "cli/generation_options.h"
 #include "generate/generate.h"
 #include "generate/speculative.h"
-#include "generate/speculative_generate.h"
 #include "kernels/thread_pool.h"
 #include "text/tokenizer.h"
 
@@ -55,10 +54,7 @@ int cmd_run(int argc, char** argv, int first) {
   a.value("--system", "TEXT", "with --chat: a system message");
   a.flag("--think", "with --chat: enable thinking (the reasoning is shown apart from the answer)");
   a.flag("--no-bos", "do not start the prompt with BOS");
-  a.value("--spec", "KINDS", "speculative decoding: none, mtp, draft, ngram or a combination (mtp,ngram)", "none");
-  a.value("-md,--model-draft", "FILE", "drafter: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
-  a.value("--draft-max", "N", "most drafted tokens per round", "3");
-  a.flag("--draft-adaptive", "tune the draft length from measured acceptance and step costs");
+  declare_spec_flags(a);
   declare_sampling_flags(a);
   declare_session_flags(a);
   if (!a.parse(argc, argv, first)) {
@@ -98,14 +94,10 @@ int cmd_run(int argc, char** argv, int first) {
   Session session(*model, &pool, opt);
   std::fprintf(stderr, "%s\n", describe_sampling(req.sampling).c_str());
 
-  std::unique_ptr<Model> draft_model;
-  if (a.has("-md")) draft_model = Model::load(a.str("-md"), load_options(a));
-  auto drafter = generate::make_drafter(a.str("--spec"), *model, {draft_model.get()}, &pool, opt);
-  generate::SpecOptions spec_opt;
-  spec_opt.draft_max = int(a.integer("--draft-max"));
-  if (spec_opt.draft_max < 0) throw ArgError("run: --draft-max must be >= 0");
-  spec_opt.adaptive = a.on("--draft-adaptive");
-  spec_opt.seed = req.sampling.seed;
+  Speculation spec = speculation(a, *model, &pool, opt, req.sampling.seed);
+  session.speculate(spec.drafter.get(), spec.opt);
+  auto prompt_cache = open_prompt_cache(a, *model, session.kv(), session.store());
+  session.engine().set_disk(prompt_cache.get());
 
   ReplyPrinter printer;
   double first_token_since_start = -1;
@@ -120,10 +112,8 @@ int cmd_run(int argc, char** argv, int first) {
     return true;
   };
   generate::SpecStats spec_stats;
-  const auto result = drafter ? generate::generate_speculative(session, tokenizer, req, drafter.get(), spec_opt,
-                                                               on_piece, &spec_stats)
-                              : generate::generate(session, tokenizer, req, on_piece);
-  if (drafter) std::fprintf(stderr, "\nspeculative (%s): %s\n", a.str("--spec").c_str(), spec_stats.summary().c_str());
+  const auto result = generate::generate(session, tokenizer, req, on_piece, &spec_stats);
+  if (spec.drafter) std::fprintf(stderr, "\nspeculative (%s): %s\n", spec.spec.c_str(), spec_stats.summary().c_str());
   if (chat) printer.finish();
   if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -1,8 +1,10 @@
-// The generation loop shared by the front ends (gem4 run / chat, the server): one request on one
-// Session. The prompt goes in through Session::set_tokens (so a cached prefix is reused), then tokens
-// are sampled and pushed one at a time. Their text is streamed through a StreamingDetokenizer (whole
-// UTF-8 characters only) and a StopStringMatcher (never part of a stop string), so every piece handed
-// to the caller is final and well-formed.
+// The generation loop of gem4 run / chat: one request on one Session, driven by the engine's
+// decoding step (generate/engine.h), the step the server's slots use too. The prompt reuses a cached
+// prefix; each step emits one token, or several with speculation (Session::speculate). Each emitted
+// token is handled in order (end-of-generation ids, stop strings, max_tokens, a full context,
+// cancellation): its text goes through a StreamingDetokenizer (whole UTF-8 characters only) and a
+// StopStringMatcher (never part of a stop string), so every piece handed to the caller is final and
+// well-formed. Greedy output is the same with and without speculation.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,6 +15,7 @@
 
 #include "generate/sampler.h"
 #include "generate/session.h"
+#include "generate/speculative.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -46,7 +49,7 @@ struct GenerateStats {
   int prompt_processed = 0;  // of those, run through the model
   int prompt_reused = 0;     // of those, already in the session's cache
   int generated = 0;         // tokens sampled (an ending EOG token included)
-  double prompt_s = 0;       // prefill (set_tokens)
+  double prompt_s = 0;       // prefill
   double generation_s = 0;   // from the end of prefill to the end (sampling and decode steps)
   double ttft_s = 0;         // from the call to the first sampled token
   StopReason stop = StopReason::Length;
@@ -86,10 +89,21 @@ class TextStream {
   std::string stop_;
 };
 
-// Runs `req` on `session`. The session ends holding the prompt and the generated tokens except the
-// last one sampled (whose logits were never needed). Throws ContextLengthError for a prompt that does
-// not fit, std::invalid_argument for an empty prompt or bad sampling parameters.
+// Runs `req` on `session` (speculating if Session::speculate gave it a drafter). The session ends
+// holding the prompt and the generated tokens except the last one sampled (whose logits were never
+// needed), so a following chat turn recomputes nothing of the reply. Throws ContextLengthError for a
+// prompt that does not fit, std::invalid_argument for an empty prompt or bad sampling parameters.
+// spec_stats, when given, receives the sequence's drafting statistics.
 GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, const GenerateRequest& req,
-                        const OnPiece& on_piece = {});
+                        const OnPiece& on_piece = {}, SpecStats* spec_stats = nullptr);
+
+// Greedy or sampled tokens without text: n_predict tokens (fewer at an id in `stop_ids`, which is
+// kept, or a full context) for benchmarks and tests, through the same step as generate().
+struct TokenRun {
+  std::vector<int32_t> tokens;
+  SpecStats stats;
+};
+TokenRun generate_tokens(Session& session, const std::vector<int32_t>& prompt, int n_predict,
+                         const SamplingParams* sampling = nullptr, const std::vector<int32_t>& stop_ids = {});
 
 }  // namespace gem4::generate

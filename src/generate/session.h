@@ -1,11 +1,17 @@
-// One sequence being generated: its token history and KV cache. A new prompt reuses the longest
-// prefix already in the cache (only new tokens are processed: multi-turn chat, server prefix reuse),
-// and decoding appends one token at a time. Sampling and stopping belong to the caller.
+// One sequence in a KV cache of its own: what gem4 run / chat, the bench and a draft model use. The
+// sequence (generate/sequence.h) and the decoding step (generate/engine.h) are the server's too; a
+// Session only owns the cache, the forward pass and, optionally, the prefix store beside them.
+//
+// A new prompt reuses the longest cached prefix (multi-turn chat; with a prefix store also one the
+// sliding rings have moved past), and only new tokens are processed.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "generate/engine.h"
+#include "generate/prefix_store.h"
+#include "generate/sequence.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -19,6 +25,8 @@ struct SessionOptions {
   int ubatch = 512;
   KvType kv_type = KvType::F16;
   PlanSwitches switches;
+  // Bytes of K/V chunks kept to resume prefixes the rings moved past (0: no prefix store).
+  size_t prefix_store_bytes = 0;
 };
 
 class Session {
@@ -31,28 +39,35 @@ class Session {
   int set_tokens(const std::vector<int32_t>& tokens);
   // Appends tokens and computes the logits of the last one. Returns the number processed.
   int append(const std::vector<int32_t>& tokens);
-  // Appends one generated token (decode step).
   void push(int32_t token) { append({token}); }
   // Forgets the tokens after the first n (recomputing if the sliding windows cannot roll back).
   void truncate(int n);
   void reset();
 
-  const float* logits() const { return logits_.data(); }  // of the last token (n_vocab values)
-  const float* hidden() const { return hidden_.data(); }  // post-norm hidden state of the last token
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const float* logits() const { return seq_.logits.data(); }  // of the last token (n_vocab values)
+  const float* hidden() const { return seq_.hidden.data(); }  // of the last token, with want_hidden
+  // The cached tokens (outside generate(), every token of the sequence is cached).
+  const std::vector<int32_t>& tokens() const { return seq_.tokens; }
   int n_ctx() const { return kv_.n_ctx(); }
   int n_vocab() const { return int(model_.weights.token_embd.out); }
   const Model& model() const { return model_; }
   Forward& forward() { return forward_; }
   KvCache& kv() { return kv_; }
-  bool want_hidden = false;  // also keep the hidden state of the last token (MTP drafting)
+  generate::Engine& engine() { return engine_; }
+  generate::Sequence& sequence() { return seq_; }
+  generate::PrefixStore* store() { return store_.get(); }
+  // Speculative decoding for generate() on this session (drafter null: plain decoding).
+  void speculate(generate::Drafter* drafter, const generate::SpecOptions& opt);
+  bool want_hidden = false;  // set_tokens/append also keep the last token's hidden state
 
  private:
+  void run_prompt();
   const Model& model_;
   KvCache kv_;
   Forward forward_;
-  std::vector<int32_t> tokens_;
-  std::vector<float> logits_, hidden_;
+  std::unique_ptr<generate::PrefixStore> store_;
+  generate::Engine engine_;
+  generate::Sequence seq_;
 };
 
 }  // namespace gem4

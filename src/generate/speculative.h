@@ -24,11 +24,10 @@
 //   Every emitted token is passed to Sampler::accept (penalty history) before the next row's p is
 //   computed; callers must not accept() them again.
 //
-// The target is driven through a Session: start() fills its KV cache with the prompt (reusing a
-// cached prefix) and afterwards rounds append and roll back positions directly in session.kv().
-// Session::tokens() is therefore not updated by rounds (tokens() here is the sequence); release()
-// hands the session back consistent. generate_speculative() (speculative_generate.h) wraps all of
-// this in generate()'s contract for the front ends.
+// The round runs inside the engine's decoding step (generate/engine.h) for every sequence that has
+// a drafter, batched with the other sequences' rows; without a drafter the same step drafts nothing
+// and emits one token. This file holds the parts that are not the step:
+// the draft length controller, the statistics and the acceptance rule.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,39 +37,8 @@
 
 #include "generate/drafter.h"
 #include "generate/sampler.h"
-#include "generate/session.h"
-#include "model/forward.h"
 
 namespace gem4::generate {
-
-// --- drafters and command-line spec ---
-
-// Tries its drafters in order and uses the first non-empty draft. The n-gram drafter placed first
-// with min_n = 3 gives "n-gram when it has a long match, else the model drafter".
-class CombinedDrafter : public Drafter {
- public:
-  explicit CombinedDrafter(std::vector<std::unique_ptr<Drafter>> drafters);
-  const char* name() const override { return "combined"; }
-  bool needs_hidden() const override;
-  void draft(const DraftRequest& req, Draft& out) override;
-  void reset() override;
-  const std::vector<std::unique_ptr<Drafter>>& drafters() const { return drafters_; }
-
- private:
-  std::vector<std::unique_ptr<Drafter>> drafters_;
-};
-
-// The kinds named by a --spec value: "none", "mtp", "draft", "ngram", or a combination joined by
-// ',' or '+' ("mtp,ngram"). Throws std::invalid_argument naming an unknown kind.
-std::vector<std::string> parse_spec(const std::string& spec);
-
-// Builds the drafter for a --spec value (nullptr for "none": plain decoding). `draft_models` are the
-// -md files, matched by architecture: a gemma4-assistant serves "mtp", a gemma4 serves "draft".
-// With "ngram" and a model drafter together, n-gram drafts are used when the match is >= 3 tokens.
-// The returned drafter references the models and pool; they must outlive it.
-std::unique_ptr<Drafter> make_drafter(const std::string& spec, const Model& target,
-                                      const std::vector<const Model*>& draft_models, ThreadPool* pool,
-                                      const SessionOptions& draft_session_opt);
 
 // --- draft length ---
 
@@ -129,65 +97,10 @@ struct SpecStats {
   std::string summary() const;  // one line for the CLI
 };
 
-class SpeculativeDecoder {
- public:
-  // drafter may be null (plain decoding through the same code path). The session must use a
-  // single-sequence cache; draft lengths are capped so that a round fits max_ubatch - 1 drafts.
-  SpeculativeDecoder(Session& target, Drafter* drafter, const SpecOptions& opt = {});
-
-  // Processes the prompt (reusing the session's cached prefix) and draws the first token from the
-  // prompt's last logits. sampler == nullptr: greedy. Returns the first token.
-  int32_t start(const std::vector<int32_t>& prompt, Sampler* sampler);
-  // One round: returns the emitted tokens (1 .. draft length + 1). Throws std::length_error when the
-  // context is full.
-  const std::vector<int32_t>& step(Sampler* sampler);
-
-  // Prompt + every emitted token; the last one is not in the target cache yet.
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  const SpecStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = SpecStats(); }
-  DraftLengthController& length_controller() { return length_; }
-  // The last verify batch: its logits rows (row i checks draft i+1) and drafted tokens.
-  const ForwardOutputs& last_verify() const { return out_; }
-  const Draft& last_draft() const { return draft_; }
-  // Free context: a round can run while room() >= 0 (`last` still fits at position n_ctx - 1).
-  int room() const { return session_.n_ctx() - int(tokens_.size()); }
-  // Prompt tokens start() ran through the target (the rest came from the session's cache).
-  int prompt_processed() const { return prompt_processed_; }
-  // Hands the session back consistent with Session::tokens() (the last prompt given to start()):
-  // rounds grew the target cache without Session knowing, so this rolls the cache back to it.
-  void release();
-
- private:
-  int32_t choose(const float* logits, Sampler* sampler);
-  Session& session_;
-  Drafter* drafter_;
-  SpecOptions opt_;
-  DraftLengthController length_;
-  std::mt19937_64 rng_;
-  std::vector<int32_t> tokens_;
-  int prompt_processed_ = 0;
-  std::vector<float> hidden_;  // target hidden state of the row before `last` (empty: none)
-  std::vector<int32_t> emitted_;
-  Draft draft_;
-  ForwardOutputs out_;
-  SpecStats stats_;
-};
-
 // The acceptance step for one drafted token (exposed for tests). p: the target's distribution,
 // q: the drafter's (empty: point mass on `draft`). Returns true if the draft is accepted; otherwise
 // `*replacement` holds the token drawn from norm(max(0, p - q)). `u` is a uniform draw in [0, 1).
 bool accept_or_resample(const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int32_t draft, double u,
                         Sampler& sampler, int32_t* replacement);
-
-// Generates n_predict tokens (fewer at an id in `stop_ids`, which is kept, or a full context) for
-// benchmarks and tests. The last round may emit more; the result is cut to n_predict. Resets the
-// decoder's statistics first, so `stats` covers this run (prompt included).
-struct SpecRun {
-  std::vector<int32_t> tokens;
-  SpecStats stats;
-};
-SpecRun run_speculative(SpeculativeDecoder& dec, const std::vector<int32_t>& prompt, int n_predict, Sampler* sampler,
-                        const std::vector<int32_t>& stop_ids = {});
 
 }  // namespace gem4::generate

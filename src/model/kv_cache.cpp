@@ -25,13 +25,15 @@ KvType kv_type_from_name(const std::string& s) {
 }
 
 KvCache::KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvType type)
-    : n_ctx_(n_ctx), n_seq_(n_seq), max_ubatch_(max_ubatch), type_(type), seq_len_(n_seq, 0) {
+    : n_ctx_(n_ctx), n_seq_(n_seq), max_ubatch_(max_ubatch), type_(type), seq_len_(n_seq, 0), ring_from_(n_seq, 0) {
   if (n_ctx <= 0 || n_seq <= 0 || max_ubatch <= 0) throw std::invalid_argument("KvCache: sizes must be positive");
   for (const auto& L : c.layers) {
     if (!L.owns_kv) continue;
     Slot s;
     s.sliding = L.sliding && c.sliding_window > 0;
     s.capacity = s.sliding ? std::min(n_ctx, c.sliding_window + max_ubatch) : n_ctx;
+    s.wraps = s.sliding && s.capacity < n_ctx;
+    if (s.wraps) ring_window_ = c.sliding_window;
     s.width = L.n_kv_heads * L.head_dim;
     const size_t n = size_t(n_seq) * s.capacity * s.width * elem_bytes();
     s.k.assign(n, 0);
@@ -48,23 +50,31 @@ size_t KvCache::offset(const Slot& s, int seq, int cell) const {
 
 void KvCache::truncate(int seq, int len) {
   if (seq < 0 || seq >= n_seq_) throw std::out_of_range("KvCache: sequence id " + std::to_string(seq) + " out of range");
-  seq_len_[seq] = std::min(seq_len_[seq], std::max(0, len));
+  if (len >= seq_len_[seq]) return;
+  // Positions [len, cur) overwrote ring cells of older positions: what the rings still hold starts
+  // where it did before the truncation.
+  const int live = live_from(seq);
+  seq_len_[seq] = std::max(0, len);
+  ring_from_[seq] = std::min(live, seq_len_[seq]);
 }
 
 bool KvCache::can_truncate(int seq, int len) const {
   const int cur = seq_len_.at(seq);
   if (len >= cur || len <= 0) return true;
+  // The next position (len) needs keys from len - window + 1 on; a ring holds positions from
+  // max(ring_from, cur - capacity) on (positions [len, cur) overwrote the cells of older ones).
+  const int need = std::max(0, len - ring_window_ + 1);
   for (const auto& s : slots_) {
-    if (!s.sliding || s.capacity >= n_ctx_) continue;
-    // Positions [len, cur) overwrote the cells of positions [len - cap, cur - cap); the next position
-    // (len) needs keys from len - window + 1, where window = capacity - max_ubatch.
-    const int window = s.capacity - max_ubatch_;
-    if (cur - 1 - s.capacity >= len - window + 1) return false;
+    if (!s.wraps) continue;
+    if (std::max(ring_from_[seq], cur - s.capacity) > need) return false;
   }
   return true;
 }
 
-void KvCache::clear_all() { std::fill(seq_len_.begin(), seq_len_.end(), 0); }
+void KvCache::clear_all() {
+  std::fill(seq_len_.begin(), seq_len_.end(), 0);
+  std::fill(ring_from_.begin(), ring_from_.end(), 0);
+}
 
 void KvCache::set_seq_len(int seq, int len) { seq_len_.at(seq) = len; }
 
@@ -81,6 +91,58 @@ void KvCache::copy_prefix(int src, int dst, int len) {
     }
   }
   seq_len_.at(dst) = len;
+  ring_from_.at(dst) = std::min(len, live_from(src));
+}
+
+size_t KvCache::position_bytes() const {
+  size_t n = 0;
+  for (const auto& s : slots_) n += 2 * size_t(s.width) * elem_bytes();
+  return n;
+}
+
+int KvCache::live_from(int seq) const {
+  const int len = seq_len_.at(seq);
+  int from = 0;
+  for (const auto& s : slots_)
+    if (s.wraps) from = std::max({from, ring_from_[seq], len - s.capacity});
+  return std::min(from, len);
+}
+
+void KvCache::export_rows(int seq, int begin, int end, uint8_t* dst) const {
+  if (begin < live_from(seq) || end > seq_len_.at(seq) || begin > end)
+    throw std::out_of_range("KvCache: positions [" + std::to_string(begin) + ", " + std::to_string(end) +
+                            ") of sequence " + std::to_string(seq) + " are not all held");
+  for (const auto& s : slots_) {
+    const size_t row = size_t(s.width) * elem_bytes();
+    for (const auto* plane : {&s.k, &s.v})
+      for (int pos = begin; pos < end; ++pos, dst += row)
+        std::memcpy(dst, plane->data() + offset(s, seq, s.sliding ? pos % s.capacity : pos), row);
+  }
+}
+
+void KvCache::import_rows(int seq, int begin, int end, const uint8_t* src, int full_from, int ring_from) {
+  if (seq < 0 || seq >= n_seq_ || begin < 0 || end > n_ctx_ || begin > end)
+    throw std::out_of_range("KvCache: cannot import positions [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") into sequence " + std::to_string(seq));
+  for (auto& s : slots_) {
+    const size_t row = size_t(s.width) * elem_bytes();
+    const int from = s.wraps ? ring_from : full_from;
+    for (auto* plane : {&s.k, &s.v}) {
+      for (int pos = begin; pos < end; ++pos, src += row)
+        if (pos >= from) std::memcpy(plane->data() + offset(s, seq, s.sliding ? pos % s.capacity : pos), src, row);
+    }
+  }
+}
+
+void KvCache::set_restored(int seq, int len, int ring_from) {
+  seq_len_.at(seq) = std::clamp(len, 0, n_ctx_);
+  ring_from_.at(seq) = std::clamp(ring_from, 0, seq_len_[seq]);
+}
+
+std::string KvCache::layout_signature() const {
+  std::string sig = std::string("kv ") + kv_type_name(type_) + " window " + std::to_string(ring_window_);
+  for (const auto& s : slots_) sig += s.wraps ? " ring" : " full", sig += std::to_string(s.width);
+  return sig;
 }
 
 namespace {

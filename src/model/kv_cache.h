@@ -38,6 +38,30 @@ class KvCache {
   // Marks positions [0, len) as written (the forward pass calls it after writing a micro-batch).
   void set_seq_len(int seq, int len);
 
+  // --- Moving K/V rows in and out (prefix snapshots, the prompt cache) ---
+  // Bytes of one position's K and V rows over every slot. A block of n positions is laid out slot by
+  // slot: slot 0's K rows [n][width], its V rows [n][width], then slot 1, ... (the cache type's bytes).
+  size_t position_bytes() const;
+  // The lowest position whose K/V every slot of seq still holds (rings keep only their last cells;
+  // a restored ring holds only what was restored). Rows below it cannot be exported.
+  int live_from(int seq) const;
+  // Copies the rows of positions [begin, end) of seq into dst ((end - begin) * position_bytes()).
+  // Throws std::out_of_range when a position is not held (below live_from or at/after seq_len).
+  void export_rows(int seq, int begin, int end, uint8_t* dst) const;
+  // Writes rows of a block of positions [begin, end) (the export_rows layout) into seq's cells: the
+  // full slots' rows of positions >= full_from and the wrapping rings' rows of positions >= ring_from
+  // (a ring must not take positions older than the window it restores: they would overwrite newer
+  // cells). Does not change seq_len; see set_restored.
+  void import_rows(int seq, int begin, int end, const uint8_t* src, int full_from, int ring_from);
+  // After import_rows: seq holds positions [0, len), its rings only from ring_from on.
+  void set_restored(int seq, int len, int ring_from);
+  // Positions a query at position p reads in a wrapping ring: [p - sliding_window() + 1, p].
+  // 0 when no slot wraps (every position of the context has its own cell).
+  int ring_window() const { return ring_window_; }
+  // Describes the cells (type, per slot: sliding or full, width, wrapping): a prompt cache made with
+  // another layout is not used.
+  std::string layout_signature() const;
+
   // Cell capacity of a KV slot (n_ctx for full layers, the ring size for sliding ones).
   int capacity(int slot) const { return slots_[slot].capacity; }
   int cell_of(int slot, int pos) const { return slots_[slot].sliding ? pos % slots_[slot].capacity : pos; }
@@ -56,6 +80,7 @@ class KvCache {
  private:
   struct Slot {
     bool sliding = false;
+    bool wraps = false;  // a sliding ring smaller than the context: cells are reused
     int capacity = 0;
     int width = 0;
     std::vector<uint8_t> k, v;  // [n_seq][capacity][width] in the cache type
@@ -66,6 +91,8 @@ class KvCache {
   KvType type_;
   std::vector<Slot> slots_;
   std::vector<int> seq_len_;
+  std::vector<int> ring_from_;  // per sequence: rings hold no position below this (restored rings)
+  int ring_window_ = 0;
 };
 
 }  // namespace gem4

@@ -39,7 +39,10 @@ struct GenerationRequest {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  int cached_tokens = 0;  // prompt tokens whose K/V were reused from a slot
+  int cached_tokens = 0;  // prompt tokens whose K/V were reused (a slot, the prefix store, the disk)
+  // Speculative decoding: drafted tokens the target accepted, and those it rejected.
+  int accepted_prediction_tokens = 0;
+  int rejected_prediction_tokens = 0;
 };
 
 struct GenerationEvent {

@@ -31,6 +31,19 @@ void Metrics::count_prompt(int n_prompt, int n_cached) {
   prompt_tokens_cached_ += n_cached;
 }
 
+void Metrics::count_speculation(int64_t drafted, int64_t accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drafted_ += uint64_t(drafted);
+  accepted_ += uint64_t(accepted);
+}
+
+void Metrics::count_prefix_source(const std::string& source, int tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& e = prefix_sources_[source];
+  e.first++;
+  e.second += uint64_t(tokens);
+}
+
 void Metrics::count_finished(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
   (ok ? generations_ok_ : generations_failed_)++;
@@ -116,6 +129,28 @@ std::string Metrics::prometheus(const SchedulerState& s) const {
          s.kv_cells_total > 0 ? double(s.kv_cells_used) / s.kv_cells_total : 0);
   metric(out, "gem4_kv_cache_bytes", "gauge", "Bytes allocated for K/V.");
   sample(out, "gem4_kv_cache_bytes", double(s.kv_bytes));
+  metric(out, "gem4_draft_tokens_total", "counter", "Tokens proposed by speculative drafters.");
+  sample(out, "gem4_draft_tokens_total", double(drafted_));
+  metric(out, "gem4_draft_tokens_accepted_total", "counter", "Drafted tokens the target accepted.");
+  sample(out, "gem4_draft_tokens_accepted_total", double(accepted_));
+  metric(out, "gem4_prefix_reuse_total", "counter", "Prompts that reused a cached prefix, by where it came from.");
+  for (const auto& [src, v] : prefix_sources_)
+    sample(out, "gem4_prefix_reuse_total", double(v.first), "source=\"" + src + "\"");
+  metric(out, "gem4_prefix_reuse_tokens_total", "counter", "Prompt tokens reused, by where they came from.");
+  for (const auto& [src, v] : prefix_sources_)
+    sample(out, "gem4_prefix_reuse_tokens_total", double(v.second), "source=\"" + src + "\"");
+  metric(out, "gem4_prefix_store_bytes", "gauge", "Bytes of K/V chunks kept to resume past prefixes.");
+  sample(out, "gem4_prefix_store_bytes", double(s.store_bytes));
+  metric(out, "gem4_prefix_store_budget_bytes", "gauge", "Byte budget of the prefix store (--cache-ram).");
+  sample(out, "gem4_prefix_store_budget_bytes", double(s.store_budget));
+  metric(out, "gem4_prefix_store_chunks", "gauge", "K/V chunks in the prefix store.");
+  sample(out, "gem4_prefix_store_chunks", double(s.store_chunks));
+  metric(out, "gem4_prefix_store_evicted_total", "counter", "Chunks dropped from the prefix store (LRU).");
+  sample(out, "gem4_prefix_store_evicted_total", double(s.store_evicted));
+  metric(out, "gem4_prompt_cache_entries", "gauge", "Entries in the --prompt-cache folder.");
+  sample(out, "gem4_prompt_cache_entries", double(s.disk_entries));
+  metric(out, "gem4_prompt_cache_bytes", "gauge", "Bytes in the --prompt-cache folder.");
+  sample(out, "gem4_prompt_cache_bytes", double(s.disk_bytes));
   return out;
 }
 

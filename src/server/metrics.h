@@ -17,6 +17,11 @@ struct SchedulerState {
   int64_t kv_cells_used = 0;   // positions held, summed over slots
   int64_t kv_cells_total = 0;  // n_ctx * slots
   size_t kv_bytes = 0;
+  // The prefix store (K/V chunks of past prefixes) and the prompt cache on disk.
+  size_t store_bytes = 0, store_budget = 0;
+  int64_t store_chunks = 0, store_evicted = 0, store_restores = 0;
+  int64_t disk_entries = 0;
+  uint64_t disk_bytes = 0;
 };
 
 class Metrics {
@@ -28,6 +33,10 @@ class Metrics {
   void count_generated(int n);
   void count_prompt(int n_prompt, int n_cached);
   void count_finished(bool ok);
+  // Speculative decoding: one verify round drafted `drafted` tokens, `accepted` of them passed.
+  void count_speculation(int64_t drafted, int64_t accepted);
+  // Where a prompt's reused prefix came from ("own", "other", "store", "disk").
+  void count_prefix_source(const std::string& source, int tokens);
 
   std::string prometheus(const SchedulerState& s) const;
 
@@ -42,6 +51,8 @@ class Metrics {
   uint64_t decode_rows_ = 0;
   double prompt_seconds_ = 0, generation_seconds_ = 0;
   uint64_t generations_ok_ = 0, generations_failed_ = 0;
+  uint64_t drafted_ = 0, accepted_ = 0;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> prefix_sources_;  // source -> (prompts, tokens)
 };
 
 }  // namespace gem4::server

@@ -11,7 +11,10 @@ json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"completion_tokens_details",
+           {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+            {"rejected_prediction_tokens", u.rejected_prediction_tokens}}}};
 }
 
 json chat_completion(const std::string& id, int64_t created, const std::string& model,

@@ -5,7 +5,7 @@
 
 namespace gem4::server {
 
-size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   const size_t n = std::min(a.size(), b.size());
   size_t i = 0;
   while (i < n && a[i] == b[i]) ++i;
@@ -13,9 +13,9 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 }
 
 int reusable_prefix(const SlotCache& s, const std::vector<int32_t>& prompt, const KvCache& kv) {
-  if (prompt.empty() || !s.tokens) return 0;
+  if (prompt.empty()) return 0;
   // The last prompt token is recomputed for its logits.
-  const int len = int(std::min(common_prefix(*s.tokens, prompt), prompt.size() - 1));
+  const int len = int(std::min(common_prefix(s.tokens, prompt), prompt.size() - 1));
   if (len <= 0) return 0;
   if (len < kv.seq_len(s.seq) && !kv.can_truncate(s.seq, len)) return 0;
   return len;

@@ -9,6 +9,7 @@
 // The last prompt token is always recomputed, because its logits are needed.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -17,7 +18,7 @@ namespace gem4::server {
 
 struct SlotCache {
   int seq = 0;                                   // sequence id in the KvCache
-  const std::vector<int32_t>* tokens = nullptr;  // tokens whose K/V the sequence holds
+  std::span<const int32_t> tokens;               // tokens whose K/V the sequence holds
   bool busy = false;                             // generating for another request (may still be a source)
   uint64_t last_used = 0;                        // higher: used more recently
 };
@@ -29,7 +30,7 @@ struct PrefixChoice {
 };
 
 // Length of the common prefix of a and b.
-size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b);
 
 // How many of `prompt`'s tokens slot `s` can supply (0 if its sliding rings cannot roll back there).
 int reusable_prefix(const SlotCache& s, const std::vector<int32_t>& prompt, const KvCache& kv);

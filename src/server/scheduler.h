@@ -9,8 +9,12 @@
 // A long prompt therefore delays the others' next token by one chunk at most, and a new request
 // starts as soon as a slot is free instead of waiting for a whole batch to end.
 //
-// Prompts reuse cached prefixes (server/prefix_cache.h). Sampling, stop strings, detokenization
-// and output parsing happen on the engine thread, which pushes text deltas to each Job.
+// Each slot is a generate::Sequence and every step is generate::Engine::step, the decoding step of
+// gem4 run and chat: with --spec each generating slot drafts and its verify rows [last, d1..dk] go
+// into the same batch as the other slots' rows and the prompt chunk. Prompts reuse cached prefixes:
+// a slot's own cells, another slot's (server/prefix_cache.h picks the slot), the prefix store's
+// chunks (prefixes the sliding rings moved past) and the prompt cache on disk. Sampling, stop strings,
+// detokenization and output parsing happen on the engine thread, which pushes text deltas to each Job.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "generate/engine.h"
+#include "generate/prefix_store.h"
+#include "generate/prompt_cache_file.h"
+#include "generate/speculative.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
@@ -39,6 +47,14 @@ struct SchedulerOptions {
   KvType kv_type = KvType::F16;
   PlanSwitches switches;
   int threads = 1;  // compute threads of the forward pass
+  // Speculative decoding per slot: a --spec value ("none", "mtp", "ngram", "mtp+ngram", "draft") and
+  // the -md models it reads (they must outlive the scheduler).
+  std::string spec = "none";
+  std::vector<const Model*> draft_models;
+  generate::SpecOptions spec_opt;
+  size_t prefix_store_bytes = 256u << 20;  // --cache-ram (0: no prefix store)
+  std::string prompt_cache_dir;            // --prompt-cache ("" : none)
+  uint64_t prompt_cache_bytes = 4096ull << 20;
 };
 
 class Scheduler {
@@ -65,7 +81,7 @@ class Scheduler {
   void engine_loop();
   void admit(std::shared_ptr<Job> job);
   void step();
-  void sample_and_emit(Slot& s, const float* logits);
+  void take_tokens(Slot& s);
   void emit_text(Slot& s, const std::string& text);
   void finish(Slot& s, FinishReason reason, const std::string& error = "");
   void release(Slot& s);
@@ -77,17 +93,22 @@ class Scheduler {
   ThreadPool pool_;
   KvCache kv_;
   Forward forward_;
-  ForwardOutputs out_;
+  std::unique_ptr<generate::PrefixStore> store_;
+  std::unique_ptr<generate::PromptCacheDir> disk_;
+  generate::Engine engine_;
   std::vector<std::unique_ptr<Slot>> slots_;  // touched by the engine thread only
   uint64_t clock_ = 0;                        // admission / use order
 
-  mutable std::mutex mu_;  // guards queue_, stopping_, busy_, kv_used_
+  mutable std::mutex mu_;  // guards queue_, stopping_, busy_, kv_used_, store_stats_, disk_*
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
   int busy_ = 0;
   int64_t kv_used_ = 0;
-  std::thread engine_;
+  generate::PrefixStoreStats store_stats_;
+  int64_t disk_entries_ = 0;
+  uint64_t disk_bytes_ = 0;
+  std::thread thread_;  // the engine thread
 };
 
 }  // namespace gem4::server

@@ -76,6 +76,14 @@ int cmd_serve(int argc, char** argv, int first) {
           "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
   a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish",
           "30");
+  a.value("--spec", "KINDS", "speculative decoding per slot: none, mtp, ngram, draft or a combination (mtp+ngram)",
+          "none");
+  a.value("-md,--model-draft", "FILE", "drafter: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
+  a.value("--draft-max", "N", "most drafted tokens per round", "3");
+  a.flag("--draft-adaptive", "tune each slot's draft length from measured acceptance and step costs");
+  a.value("--cache-ram", "MIB", "memory for K/V snapshots of past prefixes (0: off)", "256");
+  a.value("--prompt-cache", "DIR", "keep prompt prefixes' K/V on disk in DIR, across restarts");
+  a.value("--prompt-cache-mib", "MIB", "size cap of the --prompt-cache folder", "4096");
   declare_thread_flag(a);
   declare_load_flags(a);
   declare_plan_flags(a);
@@ -101,6 +109,15 @@ int cmd_serve(int argc, char** argv, int first) {
   so.kv_type = kv_type_from_name(a.str("--kv-type"));
   so.switches = plan_switches(a);
   so.threads = thread_count(a);
+  so.spec = a.str("--spec");
+  so.spec_opt.draft_max = int(int_flag("--draft-max", 0, 64));
+  so.spec_opt.adaptive = a.on("--draft-adaptive");
+  so.prefix_store_bytes = size_t(int_flag("--cache-ram", 0, 1 << 20)) << 20;
+  if (a.has("--prompt-cache")) {
+    so.prompt_cache_dir = a.str("--prompt-cache");
+    if (so.prompt_cache_dir.empty()) throw ArgError("serve: --prompt-cache must name a folder");
+  }
+  so.prompt_cache_bytes = uint64_t(int_flag("--prompt-cache-mib", 1, 1 << 24)) << 20;
   server::HttpOptions ho;
   ho.host = a.str("--host");
   ho.port = int(int_flag("--port", 0, 65535));
@@ -141,6 +158,10 @@ int cmd_serve(int argc, char** argv, int first) {
   served.n_ctx = so.n_ctx;
   served.n_vocab = int(model->weights.token_embd.out);
 
+  std::unique_ptr<Model> draft_model;
+  if (a.has("-md")) draft_model = Model::load(a.str("-md"), load_options(a));
+  so.draft_models = {draft_model.get()};
+
   server::Metrics metrics;
   server::Scheduler scheduler(*model, tokenizer, so, &metrics);
   server::HttpServer http(scheduler, tokenizer, metrics, served, ho);
@@ -148,9 +169,9 @@ int cmd_serve(int argc, char** argv, int first) {
   std::fprintf(stderr,
                "gem4 serve: listening on http://%s:%d (model %s, %d slot(s) x %d tokens, ubatch %d, %d "
                "compute threads, "
-               "%d connection threads)\n",
+               "%d connection threads, speculation %s)\n",
                ho.host.c_str(), port, served.name.c_str(), so.slots, so.n_ctx, so.ubatch, so.threads,
-               ho.threads);
+               ho.threads, so.spec.c_str());
   std::fflush(stderr);
 
   std::atomic<bool> quit{false};
