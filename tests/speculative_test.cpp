@@ -23,7 +23,8 @@
 #include "generate/sampler.h"
 #include "generate/session.h"
 #include "generate/speculative.h"
-#include "generate/speculative_generate.h"
+#include "generate/drafter_factory.h"
+#include "generate/generate.h"
 #include "kernels/thread_pool.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -67,14 +68,47 @@ std::vector<int32_t> plain_greedy(Session& s, const std::vector<int32_t>& prompt
   }
 }
 
-SpecRun run_spec(Session& s, Drafter* d, const std::vector<int32_t>& prompt, int n, int draft_max,
-                 Sampler* sampler = nullptr, bool adaptive = false) {
+TokenRun run_spec(Session& s, Drafter* d, const std::vector<int32_t>& prompt, int n, int draft_max,
+                  const SamplingParams* sampling = nullptr, bool adaptive = false) {
   SpecOptions opt;
   opt.draft_max = draft_max;
   opt.adaptive = adaptive;
-  SpeculativeDecoder dec(s, d, opt);
-  return run_speculative(dec, prompt, n, sampler);
+  s.speculate(d, opt);
+  return generate_tokens(s, prompt, n, sampling);
 }
+
+// The engine's decoding step on a Session's sequence, one round at a time, with what the tests read.
+class Stepper {
+ public:
+  Stepper(Session& s, Drafter* d, const SpecOptions& opt) : s_(s) { s_.speculate(d, opt); }
+  // Processes the prompt and returns the first token (greedy without sampling parameters).
+  int32_t start(const std::vector<int32_t>& prompt, const SamplingParams* sampling = nullptr) {
+    Sequence& q = s_.sequence();
+    if (sampling) {
+      q.sampler.emplace(*sampling);
+    } else {
+      q.sampler.reset();
+    }
+    q.sample_after_prompt = true;
+    q.keep_hidden = false;
+    s_.engine().start(q, prompt);
+    s_.engine().prefill(q);
+    return q.emitted.at(0);
+  }
+  const std::vector<int32_t>& step() {
+    Sequence* one = &s_.sequence();
+    s_.engine().step(std::span<Sequence* const>(&one, 1));
+    return s_.sequence().emitted;
+  }
+  const std::vector<int32_t>& tokens() const { return s_.sequence().tokens; }
+  const SpecStats& stats() const { return s_.sequence().stats; }
+  const Draft& last_draft() const { return s_.sequence().draft; }
+  const ForwardOutputs& last_verify() const { return s_.engine().last_outputs(); }
+  std::optional<Sampler>& sampler() { return s_.sequence().sampler; }
+
+ private:
+  Session& s_;
+};
 
 std::string collapse_ws(const std::string& s) {
   std::istringstream in(s);
@@ -114,7 +148,7 @@ TEST(Spec, GreedyOutputIsPlainDecodingOnReadmePrompts) {
     const auto plain = plain_greedy(target, prompt, 48);
     EXPECT_EQ(collapse_ws(m.tok.decode(plain, false)), kReadmeGreedy[i]) << "plain greedy, prompt " << i;
     EXPECT_EQ(run_spec(target, nullptr, prompt, 48, 3).tokens, plain) << "spec none, prompt " << i;
-    const SpecRun r = run_spec(target, mtp.get(), prompt, 48, 3);
+    const TokenRun r = run_spec(target, mtp.get(), prompt, 48, 3);
     EXPECT_EQ(r.tokens, plain) << "spec mtp, prompt " << i;
     EXPECT_GT(r.stats.drafted, 0);
     EXPECT_EQ(run_spec(target, ngram.get(), prompt, 48, 3).tokens, plain) << "spec ngram, prompt " << i;
@@ -156,7 +190,7 @@ TEST(Spec, SlowSpecPromptsIdenticalOutputAndMtpAcceptance) {
     plain_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     plain_tokens += 64;
     for (Config& c : configs) {
-      const SpecRun r = run_spec(target, c.d, prompt, 64, c.draft_max, nullptr, c.adaptive);
+      const TokenRun r = run_spec(target, c.d, prompt, 64, c.draft_max, nullptr, c.adaptive);
       c.identical += r.tokens == plain;
       c.total.rounds += r.stats.rounds, c.total.drafted += r.stats.drafted, c.total.accepted += r.stats.accepted;
       c.total.generated += r.stats.generated, c.total.total_s += r.stats.total_s;
@@ -183,11 +217,11 @@ TEST(Spec, PromptChunksWithoutOutputsSkipTheSharedTail) {
   auto mtp = make_drafter("mtp", *m.target, {m.assistant.get()}, &pool, session_options());
   SpecOptions opt;
   opt.draft_max = 3;
-  SpeculativeDecoder dec(target, mtp.get(), opt);
+  Stepper dec(target, mtp.get(), opt);
   std::vector<int32_t> prompt = m.encode("And God remembered Noah, and every living thing, and all the cattle that was with him in the ark:");
   prompt.resize(30);
   target.forward().stats.reset();
-  dec.start(prompt, nullptr);
+  dec.start(prompt);
   const ForwardStats& st = target.forward().stats;
   const int n_shared = m.target->config.n_kv_shared;
   EXPECT_EQ(st.micro_batches, 4);    // 8 + 8 + 8 + 6 rows
@@ -195,7 +229,7 @@ TEST(Spec, PromptChunksWithoutOutputsSkipTheSharedTail) {
   EXPECT_EQ(st.tail_rows, n_shared);  // only the last prompt row runs the KV-shared layers
   // A verify round: every row is an output row with logits and a hidden state, nothing else.
   target.forward().stats.reset();
-  dec.step(nullptr);
+  dec.step();
   const int rows = int(dec.last_draft().tokens.size()) + 1;
   EXPECT_EQ(rows, 4);
   EXPECT_EQ(int(dec.last_verify().logit_rows.size()), rows);
@@ -248,13 +282,13 @@ TEST(Spec, RollbackLeavesTheCacheOfAFreshRun) {
   ScriptedDrafter drafter(truth, target.n_vocab());
   SpecOptions opt;
   opt.draft_max = ub - 1;
-  SpeculativeDecoder dec(target, &drafter, opt);
-  dec.start(prompt, nullptr);
+  Stepper dec(target, &drafter, opt);
+  dec.start(prompt);
   int rounds = 0;
   double worst_logit = 0, worst_hidden = 0;
   while (int(dec.tokens().size()) < int(prompt.size()) + n_gen) {
     const std::vector<int32_t> before = dec.tokens();
-    const auto& emitted = dec.step(nullptr);
+    const auto& emitted = dec.step();
     // Greedy acceptance takes exactly the planned correct prefix, then the target's own token.
     ASSERT_EQ(int(emitted.size()), drafter.planned + 1) << "round " << rounds;
     for (size_t i = 0; i < emitted.size(); ++i) ASSERT_EQ(emitted[i], truth[before.size() + i]);
@@ -286,7 +320,7 @@ TEST(Spec, DraftModelKeepsItsSessionInStep) {
   for (const char* p : kReadmePrompts) {
     const auto prompt = m.encode(p);
     const auto plain = plain_greedy(target, prompt, 48);
-    const SpecRun r = run_spec(target, draft.get(), prompt, 48, 4);
+    const TokenRun r = run_spec(target, draft.get(), prompt, 48, 4);
     EXPECT_EQ(r.tokens, plain) << p;
     // The Q8_0 copy of the target drafts nearly every token right.
     EXPECT_GT(r.stats.acceptance_rate(), 0.8) << p;
@@ -344,9 +378,9 @@ TEST(Spec, AdaptiveLengthFollowsAcceptanceAndCosts) {
   EXPECT_EQ(fixed.next(), 3);
 }
 
-// --- generate_speculative: generate()'s contract ---------------------------------------------------
+// --- generate() with speculation: the same contract -----------------------------------------------
 
-TEST(Spec, GenerateSpeculativeMatchesGenerate) {
+TEST(Spec, GenerateSpeculatingMatchesGenerate) {
   Tiny m = load_tiny();
   ThreadPool pool(1);
   auto mtp = make_drafter("mtp", *m.target, {m.assistant.get()}, &pool, session_options());
@@ -376,7 +410,8 @@ TEST(Spec, GenerateSpeculativeMatchesGenerate) {
       opt.draft_max = 4;
       std::string streamed;
       SpecStats stats;
-      const GenerateResult r = generate_speculative(s, m.tok, req, d, opt, [&](std::string_view piece, int32_t) {
+      s.speculate(d, opt);
+      const GenerateResult r = generate(s, m.tok, req, [&](std::string_view piece, int32_t) {
         streamed += piece;
         return true;
       }, &stats);
@@ -387,8 +422,12 @@ TEST(Spec, GenerateSpeculativeMatchesGenerate) {
       EXPECT_EQ(r.stats.stop, ref.stats.stop) << what;
       EXPECT_EQ(r.stats.generated, ref.stats.generated) << what;
       EXPECT_EQ(r.stats.stop_string, ref.stats.stop_string) << what;
-      // The session is handed back consistent: its cache holds exactly Session::tokens().
-      EXPECT_EQ(s.tokens(), req.prompt) << what;
+      // The session holds the prompt and the reply but its last token, as after plain generate(), so
+      // a following turn recomputes nothing of the reply.
+      std::vector<int32_t> held = req.prompt;
+      held.insert(held.end(), r.tokens.begin(), r.tokens.end() - 1);
+      EXPECT_EQ(s.tokens(), held) << what;
+      EXPECT_EQ(plain_s.tokens(), held) << what;
       EXPECT_EQ(s.kv().seq_len(0), int(s.tokens().size())) << what;
       if (d) {
         EXPECT_GT(stats.drafted, 0) << what;
@@ -553,22 +592,21 @@ TEST(Spec, SlowSamplingKeepsTheTargetDistribution) {
   SpecOptions opt;
   opt.draft_max = 2;
   opt.seed = 99;
-  SpeculativeDecoder dec(target, mtp.get(), opt);
+  Stepper dec(target, mtp.get(), opt);
   std::map<int64_t, int> obs_pair, obs_t2, obs_draft;
   int64_t drafted = 0, accepted = 0;
   for (int i = 0; i < n; ++i) {
-    Sampler s(temperature_one(1000 + i));
-    ASSERT_EQ(dec.start(prompt, nullptr), t1);
+    ASSERT_EQ(dec.start(prompt), t1);
+    dec.sampler().emplace(temperature_one(1000 + i));
     std::vector<int32_t> got;
     bool first_round = true;
     while (got.size() < 2) {
-      const auto& e = dec.step(&s);
+      const auto& e = dec.step();
       if (first_round && !dec.last_draft().tokens.empty()) obs_draft[dec.last_draft().tokens[0]]++;
       first_round = false;
       got.insert(got.end(), e.begin(), e.end());
     }
     drafted += dec.stats().drafted, accepted += dec.stats().accepted;
-    dec.reset_stats();
     obs_pair[int64_t(got[0]) * V + got[1]]++;
     obs_t2[got[0]]++;
   }
@@ -601,19 +639,21 @@ TEST(Spec, SampledGenerationSmoke) {
     sp.top_p = 0.9f;
     sp.repeat_penalty = 1.1f;
     sp.seed = 3;
-    Sampler sampler(sp);
     SpecOptions opt;
     opt.draft_max = 3;
     opt.seed = 5;
-    SpeculativeDecoder dec(target, d.get(), opt);
-    const SpecRun r = run_speculative(dec, m.encode("And God remembered Noah, and every"), 40, &sampler);
+    target.speculate(d.get(), opt);
+    const TokenRun r = generate_tokens(target, m.encode("And God remembered Noah, and every"), 40, &sp);
     ASSERT_EQ(r.tokens.size(), 40u) << spec;
     for (int32_t t : r.tokens) EXPECT_TRUE(t >= 0 && t < target.n_vocab()) << spec;
     EXPECT_GT(r.stats.drafted, 0) << spec;
     EXPECT_LE(r.stats.accepted, r.stats.drafted) << spec;
-    EXPECT_EQ(r.stats.generated, int64_t(dec.tokens().size() - m.encode("And God remembered Noah, and every").size()));
-    EXPECT_EQ(target.kv().seq_len(0), int(dec.tokens().size()) - 1) << spec;
-    EXPECT_FALSE(sampler.history().empty()) << spec;
+    EXPECT_GE(r.stats.generated, int64_t(r.tokens.size())) << spec;
+    // Afterwards the session holds the prompt and the tokens but the last.
+    EXPECT_EQ(int(target.tokens().size()), int(m.encode("And God remembered Noah, and every").size() + 39)) << spec;
+    EXPECT_EQ(target.kv().seq_len(0), int(target.tokens().size())) << spec;
+    ASSERT_TRUE(target.sequence().sampler.has_value()) << spec;
+    EXPECT_FALSE(target.sequence().sampler->history().empty()) << spec;
   }
 }
 

@@ -68,6 +68,10 @@ class Engine {
   // Forgets the sequence's cells and tokens.
   void clear(Sequence& seq);
 
+  // The outputs of the last step's forward pass (row order: the decoding sequences' verify rows in
+  // the order given, then the prompt chunk).
+  const ForwardOutputs& last_outputs() const { return out_; }
+
   // Saves the cached prompt prefix of seq to the disk cache (whole chunks from the store).
   void save_prompt(const Sequence& seq, int n_prompt);
 
