@@ -14,5 +14,6 @@ int cmd_chat(int argc, char** argv, int first);
 int cmd_tokenize(int argc, char** argv, int first);
 int cmd_template(int argc, char** argv, int first);
 int cmd_serve(int argc, char** argv, int first);
+int cmd_cache(int argc, char** argv, int first);
 
 }  // namespace gem4::cli

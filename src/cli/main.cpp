@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"make-model", gem4::cli::cmd_make_model, "write a random-weight Gemma 4 GGUF (presets tiny, e2b, e4b)"},
     {"tokenize", gem4::cli::cmd_tokenize, "tokenize JSON Lines from stdin"},
     {"template", gem4::cli::cmd_template, "render chat conversations (JSON Lines) with the Gemma 4 format"},
+    {"cache", gem4::cli::cmd_cache, "list or clear a prompt-cache folder (--prompt-cache DIR)"},
 };
 
 void usage() {
