@@ -91,7 +91,7 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt, std::
   seq.logits.clear();
   seq.hidden.clear();
   seq.stats = SpecStats();
-  if (seq.sampler)
+  if (seq.sampler && seq.penalize_prompt)
     for (int32_t t : prompt) seq.sampler->accept(t);
   return info;
 }

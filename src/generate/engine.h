@@ -48,7 +48,7 @@ class Engine {
   // Makes `prompt` the sequence's tokens, reusing the longest prefix that `seq` itself, one of
   // `others` (read, never changed), the store or the disk cache can supply. The last prompt token is
   // always recomputed (its logits are needed). Resets the per-request state (stats, emitted, hidden);
-  // the sampler, if any, accepts the prompt tokens (penalties see the prompt). Throws
+  // the sampler, if any, accepts the prompt tokens when seq.penalize_prompt. Throws
   // std::invalid_argument for an empty prompt or one longer than the context.
   StartInfo start(Sequence& seq, const std::vector<int32_t>& prompt, std::span<Sequence* const> others = {});
 

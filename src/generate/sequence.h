@@ -30,6 +30,9 @@ class Sequence {
   bool sample_after_prompt = true;
 
   std::optional<Sampler> sampler;  // empty: greedy argmax without penalties
+  // Whether the sampler's penalties also see the prompt: yes in gem4 run / chat (as llama.cpp's CLI),
+  // no in the server (OpenAI's penalties count the completion's tokens).
+  bool penalize_prompt = true;
 
   // Speculation: the drafter (owned by the front end; null for plain decoding), the draft length.
   void speculate(Drafter* drafter, const SpecOptions& opt, int max_ubatch);

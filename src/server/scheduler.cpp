@@ -207,6 +207,7 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
   try {
     s.seq.sampler.emplace(req.sampling);
     s.seq.sample_after_prompt = true;
+    s.seq.penalize_prompt = false;
     const generate::StartInfo info = engine_.start(s.seq, req.prompt, others);
     s.reused = info.reused;
     if (metrics_) {
