@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -10,7 +11,6 @@
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
-#include "model/attention.h"
 #include "tensor/quant.h"
 
 namespace gem4 {
@@ -123,10 +123,13 @@ void Assistant::set_centroid_top_k(int k) {
   if (has_centroid_head()) head_.top_k = std::clamp(k, 1, head_.n_centroids);
 }
 
+void Assistant::matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx) {
+  matmul_macs += run_products(targets, count, x, rows, ldx, pool_);
+}
+
 void Assistant::matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy) {
-  if (rows <= 0) return;
-  gem4::matmul(w, x, rows, ldx, y, ldy, pool_);
-  matmul_macs += double(w.in) * double(w.out) * rows;
+  const MatmulTarget target{w, y, ldy};
+  matmul_shared(&target, 1, x, rows, ldx);
 }
 
 void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* seq, const float* h, int n,
@@ -134,7 +137,6 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
   if (n <= 0) return;
   const ModelConfig& tc = target_.config;
   const int d = c_.d_model, db = c_.d_backbone, H = c_.n_head, V = n_vocab();
-  const float eps = c_.rms_eps;
   // The sliding slot the assistant reads keeps the last capacity() positions of each sequence.
   int ring = 0;
   for (int l = 0; l < c_.n_layer; ++l)
@@ -152,12 +154,11 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
                                   std::to_string(len) + ": its sliding-window keys were overwritten");
   }
 
-  int max_q = 0, max_ff = 0;
-  for (const auto& L : c_.layers) max_q = std::max(max_q, H * L.head_dim), max_ff = std::max(max_ff, L.n_ff);
   xh_.resize(size_t(n) * 2 * db);
-  z_.resize(size_t(n) * d), a_.resize(size_t(n) * d), o_.resize(size_t(n) * d), y_.resize(size_t(n) * d);
-  q_.resize(size_t(n) * max_q), attn_.resize(size_t(n) * max_q);
-  gate_.resize(size_t(n) * max_ff), up_.resize(size_t(n) * max_ff), act_.resize(size_t(n) * max_ff);
+  z_.resize(size_t(n) * d), y_.resize(size_t(n) * d);
+  buf_.resize(n, c_);
+  // Built per call: its hook points at this Assistant, which its owner may have moved since.
+  const DecoderBlock blk(c_, w_, pool_, std::bind_front(&Assistant::matmul_shared, this), buf_);
   // The attention mask sits one position back: the keys a query at p sees are those at q <= p - 1
   // (and, on sliding layers, q >= p - window + 1, i.e. a window of window - 1 ending at p - 1).
   mask_pos_.resize(n);
@@ -173,48 +174,25 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
   }
   matmul(w_.nextn_pre_proj, xh_.data(), n, 2 * db, z_.data(), d);
 
+  // The target's layer steps (spec 2.4), without K/V projections or PLE: the queries, rotated at p,
+  // read the target's cache.
+  float* z = z_.data();
   for (int l = 0; l < c_.n_layer; ++l) {
     const LayerConfig& L = c_.layers[l];
-    const LayerWeights& lw = w_.layers[l];
-    const int hd = L.head_dim, qw = H * hd, ff = L.n_ff;
-    // Attention over the target's KV (no K/V of our own).
-    for (int i = 0; i < n; ++i) rmsnorm(&z_[size_t(i) * d], lw.attn_norm.data(), d, eps, &a_[size_t(i) * d]);
-    matmul(lw.attn_q, a_.data(), n, d, q_.data(), qw);
-    for (int i = 0; i < n; ++i) {
-      float* q = &q_[size_t(i) * qw];
-      rmsnorm_groups(q, lw.attn_q_norm.data(), H, hd, eps);
-      rope_neox(q, H, hd, pos[i], w_.inv_freq[l].data());
-    }
-    const AttentionShape shape{H, kv_heads_[l], hd, L.sliding ? tc.sliding_window - 1 : 0};
-    attend(q_.data(), n, mask_pos_.data(), seq, shape, kv, slot_[l], /*crop=*/true, nullptr, attn_.data(), pool_);
-    matmul(lw.attn_output, attn_.data(), n, qw, o_.data(), d);
-    for (int i = 0; i < n; ++i) {
-      float* o = &o_[size_t(i) * d];
-      float* z = &z_[size_t(i) * d];
-      rmsnorm(o, lw.post_attention_norm.data(), d, eps, o);
-      for (int j = 0; j < d; ++j) z[j] += o[j];
-    }
-    // MLP
-    for (int i = 0; i < n; ++i) rmsnorm(&z_[size_t(i) * d], lw.ffn_norm.data(), d, eps, &a_[size_t(i) * d]);
-    const MatmulTarget gate_up[2] = {{lw.ffn_gate, gate_.data(), ff}, {lw.ffn_up, up_.data(), ff}};
-    if (n > 0) matmul_shared_input(gate_up, 2, a_.data(), n, d, pool_);
-    matmul_macs += 2.0 * double(lw.ffn_gate.in) * double(ff) * n;
-    if (exact_gelu) {
-      gelu_tanh_mul(gate_.data(), up_.data(), act_.data(), int64_t(n) * ff);
-    } else {
-      gelu_tanh_f16_mul(gate_.data(), up_.data(), act_.data(), int64_t(n) * ff);
-    }
-    matmul(lw.ffn_down, act_.data(), n, ff, o_.data(), d);
-    const float s = lw.layer_output_scale;
-    for (int i = 0; i < n; ++i) {
-      float* o = &o_[size_t(i) * d];
-      float* z = &z_[size_t(i) * d];
-      rmsnorm(o, lw.post_ffw_norm.data(), d, eps, o);
-      for (int j = 0; j < d; ++j) z[j] = (z[j] + o[j]) * s;
-    }
+    blk.attention_norm(l, z, n);
+    blk.query(l, pos, n, /*projected=*/false);
+    AttentionKeys keys;
+    keys.kv = &kv;
+    keys.slot = slot_[l];
+    keys.shape = AttentionShape{H, kv_heads_[l], L.head_dim, L.sliding ? tc.sliding_window - 1 : 0};
+    keys.mask_pos = mask_pos_.data();
+    keys.seq = seq;
+    blk.attention(l, keys, z, n);
+    blk.mlp(l, exact_gelu, z, n);
+    blk.scale(l, z, n);
   }
 
-  for (int i = 0; i < n; ++i) rmsnorm(&z_[size_t(i) * d], w_.output_norm.data(), d, eps, &y_[size_t(i) * d]);
+  blk.norm_rows(z, w_.output_norm.data(), n, y_.data());
   head(y_.data(), n, logits);
   if (h_next) matmul(w_.nextn_post_proj, y_.data(), n, d, h_next, db);
 }

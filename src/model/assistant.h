@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "model/block.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -75,6 +76,7 @@ class Assistant {
 
  private:
   void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
+  void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
   void head(const float* y, int n, float* logits);
 
   const Model& target_;
@@ -85,7 +87,8 @@ class Assistant {
   std::vector<int> slot_, donor_, kv_heads_;
 
   // Buffers for the current call; row i of each is row i of the call.
-  std::vector<float> xh_, z_, a_, q_, attn_, o_, gate_, up_, act_, y_, cent_;
+  std::vector<float> xh_, z_, y_, cent_;
+  BlockBuffers buf_;
   std::vector<int32_t> mask_pos_;
 };
 

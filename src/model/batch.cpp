@@ -16,12 +16,14 @@ std::vector<MicroBatchPlan> plan_batch(const Batch& batch, int ubatch, const Mod
       if (r.logits || r.hidden) p.keep.push_back(i);
     }
     if (sw.prune && c.n_kv_shared > 0) {
-      p.cut_layer = sw.optimal_cut ? c.prune_layer() : c.first_shared;
-      p.cut_after_kv = sw.optimal_cut;
+      // The optimal cut: inside the last KV-owning layer, after its K/V write; the simple one: at the
+      // input of the first shared layer.
+      p.cut = sw.optimal_cut ? StackPoint{c.prune_layer(), true} : StackPoint{c.first_shared, false};
     } else {
-      p.cut_layer = c.n_layer;
-      p.cut_after_kv = false;
+      p.cut = StackPoint{c.n_layer, false};
     }
+    // A layer reads its per-layer input after any K/V write, so from the cut layer on only kept rows need it.
+    p.ple_split = sw.ple_crop ? p.cut.layer : c.n_layer;
     plans.push_back(std::move(p));
   }
   return plans;

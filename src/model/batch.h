@@ -31,12 +31,24 @@ struct PlanSwitches {
   bool exact_gelu = false;
 };
 
+// A point in the decoder stack: the input of `layer`, or inside it right after its K/V write (spec
+// 3.2). {n_layer, false} is the end of the stack, before the head.
+struct StackPoint {
+  int layer = 0;
+  bool after_kv = false;
+  // The stack as a sequence of half layers: 2l is layer l up to its K/V write, 2l + 1 the rest of it.
+  int half() const { return 2 * layer + int(after_kv); }
+};
+
+// A micro-batch runs in two stages with the pruning cut between them: every row runs the stack up to
+// `cut` (the cut never comes before the last K/V write: spec 3.1), then only the rows of `keep` run
+// from `cut` through the head. A micro-batch without kept rows ends at the cut.
 struct MicroBatchPlan {
   int first = 0;           // first row of the batch
   int count = 0;           // rows in this micro-batch
   std::vector<int> keep;   // rows (local index) that need an output, in order
-  int cut_layer = 0;       // layer where rows are pruned to `keep` (n_layer: only before the head)
-  bool cut_after_kv = true;  // prune inside cut_layer after its K/V write (else at its input)
+  StackPoint cut;          // {n_layer, false}: no pruning inside the stack, only before the head
+  int ple_split = 0;       // per-layer inputs of layers >= ple_split are computed after the cut, for `keep`
   bool has_outputs() const { return !keep.empty(); }
 };
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/batch.h"
+#include "model/block.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -56,15 +57,17 @@ class Forward {
 
  private:
   void run_micro_batch(const Batch& batch, const MicroBatchPlan& plan, KvCache& kv, ForwardOutputs& out);
+  DecoderBlock block();
   void compute_ple(int first_layer, int n_layers, int n);
+  void run_stage(StackPoint from, StackPoint to, KvCache& kv, const DecoderBlock& blk);
   void prune_rows(const MicroBatchPlan& plan);
-  void attention_block(int l, KvCache& kv, bool cut_here, const MicroBatchPlan& plan);
-  void mlp_block(int l);
-  void ple_block(int l);
+  void layer_input(int l, KvCache& kv, bool with_query, const DecoderBlock& blk);
+  void layer_rest(int l, const KvCache& kv, bool query_projected, const DecoderBlock& blk);
+  void ple_block(int l, const DecoderBlock& blk);
+  void head(const Batch& batch, ForwardOutputs& out, const DecoderBlock& blk);
   void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
   // Products sharing the input x (matmul_shared_input), timed and counted as one.
   void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
-  void rmsnorm_rows(const float* x, int ldx, const float* w, int width, float* y, int ldy);
 
   const Model& model_;
   const ModelConfig& c_;
@@ -77,12 +80,10 @@ class Forward {
   std::vector<int> kv_len_;       // per sequence: cached positions after this micro-batch
   std::vector<float> x0_;         // [n, d] scaled token embeddings (PLE projection input)
   std::vector<float> h_;          // [n, d] residual stream
-  std::vector<float> a_;          // [n, d] normed input of the current block
   std::vector<float> ple_;        // [n, L*P] per-layer inputs
-  std::vector<float> q_, k_, v_, attn_, o_;     // attention intermediates
-  std::vector<float> gate_, up_, act_;          // MLP intermediates
-  std::vector<float> pg_;                       // [n, P] PLE gate
-  std::vector<float> tmp_;                      // [n, max(d, L*P)]
+  std::vector<float> k_, v_;      // [n, Hk*hd] keys and values of a KV-owning layer
+  std::vector<float> pg_;         // [n, P] PLE gate
+  BlockBuffers blk_;              // the decoder layer's intermediates (a: the normed input of a branch)
 };
 
 }  // namespace gem4
