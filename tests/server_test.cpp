@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -35,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "generate/drafter_factory.h"
+#include "generate/generate.h"
 #include "generate/sampler.h"
 #include "generate/session.h"
 #include "kernels/thread_pool.h"
@@ -368,9 +371,15 @@ class Library {
 
   // Greedy by default; with `sampling`, the library's sampler chain (logit bias, penalties).
   Reference greedy(const std::vector<int32_t>& prompt, int max_tokens, bool parse_chat,
-                   const generate::SamplingParams* sampling = nullptr) {
+                   const generate::SamplingParams* sampling = nullptr, const json* logit_bias = nullptr) {
     std::optional<generate::Sampler> sampler;
     if (sampling) sampler.emplace(*sampling);
+    if (logit_bias) {
+      generate::SamplingParams sp;
+      sp.temperature = 0;
+      for (const auto& [id, bias] : logit_bias->items()) sp.logit_bias[std::stoi(id)] = bias.get<float>();
+      sampler.emplace(sp);
+    }
     SessionOptions so;
     so.n_ctx = int(prompt.size()) + max_tokens + 1;
     so.ubatch = 512;
@@ -1285,6 +1294,232 @@ TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
   EXPECT_GE(b.js()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 990) << b.body;
   EXPECT_EQ(b.js()["choices"][0]["text"], generated.greedy(pb, 8, false).text);
   EXPECT_EQ(srv.stop(), 0);
+  std::remove(model.c_str());
+}
+
+// ---- speculation in the server ----------------------------------------------------------------
+
+std::vector<std::string> spec_prompts() {
+  std::ifstream f(test::testdata("tiny-gemma4/spec-prompts.txt"));
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);)
+    if (!l.empty()) lines.push_back(l);
+  return lines;
+}
+
+// Per prompt: the text and the accepted drafts of each request, the requests sent by `clients`
+// threads at once (so that with --parallel 4 the slots' verify rows share engine steps).
+struct SpecReplies {
+  std::vector<std::string> text;
+  std::vector<int> accepted, completion;
+  bool ok = true;
+  std::string error;
+};
+
+SpecReplies complete_all(int port, const std::vector<std::vector<int32_t>>& prompts, int max_tokens, int clients) {
+  SpecReplies r;
+  r.text.resize(prompts.size());
+  r.accepted.resize(prompts.size());
+  r.completion.resize(prompts.size());
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&] {
+      for (size_t i; (i = next++) < prompts.size();) {
+        const HttpReply h = post(port, "/v1/completions",
+                                 {{"prompt", prompts[i]}, {"max_tokens", max_tokens}, {"temperature", 0}}, 120);
+        const json j = h.js();
+        std::lock_guard<std::mutex> lock(mu);
+        if (h.status != 200 || !j.contains("choices")) {
+          r.ok = false;
+          r.error = h.body + h.error;
+          continue;
+        }
+        r.text[i] = j["choices"][0]["text"];
+        r.accepted[i] = j["usage"]["completion_tokens_details"]["accepted_prediction_tokens"];
+        r.completion[i] = j["usage"]["completion_tokens"];
+      }
+    });
+  for (auto& t : threads) t.join();
+  return r;
+}
+
+double metric_value(int port, const std::string& name) {
+  const HttpReply m = http(port, "GET", "/metrics");
+  std::istringstream in(m.body);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  return -1;
+}
+
+// Greedy text through the server is the same with and without speculation (MTP with the trained
+// tiny model's assistant, n-gram, both), with one slot and with four slots generating at once, and
+// the accepted drafts it reports (usage and /metrics) are those of the same drafter in the library
+// (gem4 run's path).
+TEST(ServerTest, SpeculationGivesPlainGreedyText) {
+  Library lib(tiny_model());
+  const std::string assistant = test::testdata("tiny-gemma4/tiny-gemma4-assistant-f32.gguf");
+  auto assistant_model = Model::load(assistant);
+  const auto lines = spec_prompts();
+  ASSERT_EQ(lines.size(), 24u);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& l : lines) prompts.push_back(lib.tok().encode(l, true, false));
+  const int n = test::quick_mode() ? 24 : 64;
+
+  std::vector<std::string> plain(prompts.size());
+  {
+    ServerProcess srv({"-m", tiny_model(), "-t", "1"});
+    ASSERT_TRUE(srv.ok());
+    const SpecReplies r = complete_all(srv.port(), prompts, n, 1);
+    ASSERT_TRUE(r.ok) << r.error;
+    plain = r.text;
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.accepted[i], 0);
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(plain[i], lib.greedy(prompts[i], n, false).text) << lines[i];
+
+  for (const char* spec : {"mtp", "ngram", "mtp+ngram"}) {
+    // The library's count of accepted drafts for each prompt: the same drafter, the same step.
+    ThreadPool pool(1);
+    SessionOptions so;
+    so.n_ctx = 4096;
+    so.kv_type = KvType::F16;
+    Session session(lib.model(), &pool, so);
+    auto drafter = generate::make_drafter(spec, lib.model(), {assistant_model.get()}, &pool, so);
+    generate::SpecOptions opt;
+    opt.draft_max = 3;
+    session.speculate(drafter.get(), opt);
+    for (int parallel : {1, 4}) {
+      ServerProcess srv({"-m", tiny_model(), "-t", "1", "--spec", spec, "-md", assistant, "--draft-max", "3",
+                         "--parallel", std::to_string(parallel)});
+      ASSERT_TRUE(srv.ok());
+      const SpecReplies r = complete_all(srv.port(), prompts, n, parallel);
+      ASSERT_TRUE(r.ok) << r.error;
+      int identical = 0, same_acceptance = 0;
+      long long accepted = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        identical += r.text[i] == plain[i];
+        EXPECT_EQ(r.text[i], plain[i]) << spec << ", --parallel " << parallel << ": " << lines[i];
+        accepted += r.accepted[i];
+        const generate::TokenRun cli = generate::generate_tokens(session, prompts[i], r.completion[i]);
+        same_acceptance += cli.stats.accepted == r.accepted[i];
+        if (parallel == 1) {
+          EXPECT_EQ(r.accepted[i], cli.stats.accepted) << spec << ": " << lines[i];
+        }
+      }
+      EXPECT_GT(accepted, 0) << spec;
+      EXPECT_EQ(metric_value(srv.port(), "gem4_draft_tokens_accepted_total"), double(accepted)) << spec;
+      std::printf("[          ] --spec %-9s --parallel %d: identical %d/24, accepted %lld drafts, as the library's "
+                  "in %d/24\n",
+                  spec, parallel, identical, accepted, same_acceptance);
+      EXPECT_EQ(srv.stop(), 0);
+    }
+  }
+}
+
+// A long system prompt shared by many requests stays cached: after the sliding window has moved past
+// it (a long reply), after an unrelated prompt took the slot's cells, and after a restart with the
+// same --prompt-cache. A damaged cache file is never used and the request is still answered right.
+TEST(ServerTest, SharedSystemPromptSurvivesWindowAndRestart) {
+  Library tiny_lib(tiny_model());
+  const std::string model = "/tmp/gem4_server_test_sys_" + std::to_string(getpid()) + ".gguf";
+  {
+    const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " +
+                            tiny_model() + " -t 1 -o " + model + " 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  Library lib(model);
+  const std::string dir = "/tmp/gem4_server_test_pc_" + std::to_string(getpid());
+  std::system(("rm -rf " + dir).c_str());
+  const std::vector<int32_t> text =
+      lib.tok().encode(read_file(test::testdata("tiny-gemma4/valid.txt")), false, false);
+  ASSERT_GT(text.size(), 8000u);
+  const std::vector<int32_t> system(text.begin(), text.begin() + 2000);
+  auto prompt = [&](int turn) {
+    std::vector<int32_t> p = {lib.tok().bos()};
+    p.insert(p.end(), system.begin(), system.end());
+    p.insert(p.end(), text.begin() + 3000 + turn * 40, text.begin() + 3000 + turn * 40 + 30);
+    return p;
+  };
+  // No end-of-generation, so that a long reply really moves the window.
+  const json no_eog = {{"1", -100}, {"6", -100}, {"14", -100}, {"106", -100}};
+  auto ask = [&](int port, const std::vector<int32_t>& p, int max_tokens) {
+    return post(port, "/v1/completions",
+                {{"prompt", p}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logit_bias", no_eog}}, 120);
+  };
+  auto cached = [](const HttpReply& r) { return r.js()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(); };
+  const int need = int(0.95 * 2001);
+  {
+    ServerProcess srv({"-m", model, "-t", "1", "--parallel", "1", "--ctx", "4096", "--prompt-cache", dir});
+    ASSERT_TRUE(srv.ok());
+    const HttpReply first = ask(srv.port(), prompt(0), 1200);  // the rings (64 + 1024 cells) move past the prefix
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(cached(first), 0);
+    EXPECT_EQ(first.js()["usage"]["completion_tokens"], 1200) << first.body;
+    for (int turn = 1; turn <= 2; ++turn) {
+      const HttpReply r = ask(srv.port(), prompt(turn), 8);
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_GE(cached(r), need) << "turn " << turn;
+      std::printf("[          ] turn %d after a 1,200-token reply: %d of 2,031 prompt tokens cached\n", turn, cached(r));
+      EXPECT_EQ(r.js()["choices"][0]["text"], lib.greedy(prompt(turn), 8, false, nullptr, &no_eog).text);
+    }
+    // An unrelated prompt takes the slot; the shared prefix then comes from the prefix store alone.
+    std::vector<int32_t> other = {lib.tok().bos()};
+    other.insert(other.end(), text.begin() + 5000, text.begin() + 6500);
+    ASSERT_EQ(ask(srv.port(), other, 4).status, 200);
+    const HttpReply r = ask(srv.port(), prompt(3), 8);
+    EXPECT_GE(cached(r), need);
+    EXPECT_GT(metric_value(srv.port(), "gem4_prefix_store_bytes"), 0);
+    EXPECT_GE(metric_value(srv.port(), "gem4_prompt_cache_entries"), 1);
+    EXPECT_EQ(srv.stop(), 0);
+  }
+  {
+    ServerProcess srv({"-m", model, "-t", "1", "--parallel", "1", "--ctx", "4096", "--prompt-cache", dir});
+    ASSERT_TRUE(srv.ok());
+    const HttpReply r = ask(srv.port(), prompt(4), 8);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_GE(cached(r), need) << "after a restart";
+    EXPECT_EQ(r.js()["choices"][0]["text"], lib.greedy(prompt(4), 8, false, nullptr, &no_eog).text);
+    EXPECT_EQ(srv.stop(), 0);
+  }
+  // Flip one byte in the middle of every entry: none is used, the answer is still the fresh one.
+  int damaged = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".gem4pc") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const std::streamoff size = f.tellg();
+    f.seekg(size / 2);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(size / 2);
+    f.write(&c, 1);
+    damaged++;
+  }
+  EXPECT_GE(damaged, 1);
+  {
+    ServerProcess srv({"-m", model, "-t", "1", "--parallel", "1", "--ctx", "4096", "--prompt-cache", dir});
+    ASSERT_TRUE(srv.ok());
+    const HttpReply r = ask(srv.port(), prompt(5), 8);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LT(cached(r), 64) << "a damaged entry must not be used";
+    EXPECT_EQ(r.js()["choices"][0]["text"], lib.greedy(prompt(5), 8, false, nullptr, &no_eog).text);
+    EXPECT_EQ(srv.stop(), 0);
+  }
+  // A cache made from another model file is not used either.
+  {
+    ServerProcess srv({"-m", tiny_model(), "-t", "1", "--parallel", "1", "--prompt-cache", dir});
+    ASSERT_TRUE(srv.ok());
+    const std::vector<int32_t> full = prompt(6);
+    const std::vector<int32_t> p(full.begin(), full.begin() + 300);
+    const HttpReply r = post(srv.port(), "/v1/completions", {{"prompt", p}, {"max_tokens", 4}, {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(cached(r), 0);
+    EXPECT_EQ(r.js()["choices"][0]["text"], tiny_lib.greedy(p, 4, false).text);
+    EXPECT_EQ(srv.stop(), 0);
+  }
+  std::system(("rm -rf " + dir).c_str());
   std::remove(model.c_str());
 }
 
