@@ -290,4 +290,46 @@ TEST(CliInspect, NamesTheFileType) {
   EXPECT_NE(b.out.find("| gemma4 6L Q8_0 |"), std::string::npos) << b.out;
 }
 
+// `gem4 chat --session FILE`: a conversation saved after each turn goes on in a later process, with
+// the earlier prompt's K/V read back from FILE.kv instead of recomputed, and the reply is the one a
+// single process holding both turns gives.
+TEST(CliChat, SessionFileResumesTheConversation) {
+  const std::string model = quoted(gem4::test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf"));
+  const std::string file = "/tmp/gem4_chat_session_" + std::to_string(getpid()) + ".json";
+  std::system(("rm -rf '" + file + "' '" + file + ".kv'").c_str());
+  const std::string system =
+      "You are a scribe of the old books. Answer in the words of the King James Bible, in one verse, and "
+      "name the book and the chapter you took it from, as the scribes of old did when they copied the law.";
+  const std::string flags = " -m " + model + " -t 1 --temp 0 -n 12 --system " + quoted(system);
+  const CommandResult both = gem4("chat" + flags, "Who made the heaven?\nAnd the earth?\n");
+  ASSERT_EQ(both.rc, 0) << both.err;
+  const CommandResult one = gem4("chat" + flags + " --session " + quoted(file), "Who made the heaven?\n");
+  ASSERT_EQ(one.rc, 0) << one.err;
+  const json saved = json::parse(read_all(file));
+  EXPECT_EQ(saved["format"], "gem4-chat-session");
+  ASSERT_EQ(saved["messages"].size(), 3u) << saved.dump();  // system, user, assistant
+  const CommandResult two = gem4("chat" + flags + " --session " + quoted(file), "And the earth?\n");
+  ASSERT_EQ(two.rc, 0) << two.err;
+  EXPECT_NE(two.err.find("resumed 3 messages"), std::string::npos) << two.err;
+  // The second process reused the first prompt's chunks from the disk (64-token chunks).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(two.err, m, std::regex(R"(\[prompt: (\d+) new tokens, (\d+) reused\])"))) << two.err;
+  EXPECT_GE(std::stoi(m[2]), 64) << two.err;
+  // Its reply is the second reply of the single process (each reply ends with a newline).
+  ASSERT_FALSE(two.out.empty());
+  ASSERT_GE(both.out.size(), two.out.size());
+  EXPECT_EQ(both.out.substr(both.out.size() - two.out.size()), two.out)
+      << "one process:\n" << both.out << "\nresumed:\n" << two.out;
+  EXPECT_EQ(json::parse(read_all(file))["messages"].size(), 5u);
+  // A file that is not a session is refused by name.
+  {
+    std::ofstream f(file);
+    f << "[1, 2, 3]";
+  }
+  const CommandResult bad = gem4("chat" + flags + " --session " + quoted(file), "hi\n");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find(file), std::string::npos) << bad.err;
+  std::system(("rm -rf '" + file + "' '" + file + ".kv'").c_str());
+}
+
 }  // namespace
