@@ -72,7 +72,7 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
 
 // Built per micro-batch: its hook points at this Forward, which its owner may have moved since.
 DecoderBlock Forward::block() {
-  return DecoderBlock(c_, w_, pool_, std::bind_front(&Forward::matmul_shared, this), blk_);
+  return DecoderBlock(c_, w_, pool_, std::bind_front(&Forward::matmul_shared, this), buf_);
 }
 
 void Forward::run(const Batch& batch, KvCache& kv, ForwardOutputs& out) {
@@ -141,7 +141,7 @@ void Forward::prune_rows(const MicroBatchPlan& plan) {
       seq_[j] = seq_[i];
       row_[j] = row_[i];
       std::memcpy(&h_[size_t(j) * d], &h_[size_t(i) * d], d * sizeof(float));
-      std::memcpy(&blk_.a[size_t(j) * d], &blk_.a[size_t(i) * d], d * sizeof(float));
+      std::memcpy(&buf_.a[size_t(j) * d], &buf_.a[size_t(i) * d], d * sizeof(float));
       std::memcpy(&x0_[size_t(j) * d], &x0_[size_t(i) * d], d * sizeof(float));
       if (LP) std::memcpy(&ple_[size_t(j) * LP], &ple_[size_t(i) * LP], LP * sizeof(float));
     }
@@ -162,7 +162,7 @@ void Forward::run_micro_batch(const Batch& batch, const MicroBatchPlan& plan, Kv
   tok_.resize(T), pos_.resize(T), seq_.resize(T), row_.resize(T);
   x0_.resize(size_t(T) * d), h_.resize(size_t(T) * d);
   ple_.resize(size_t(T) * LP);
-  blk_.resize(T, c_);
+  buf_.resize(T, c_);
   int max_kv = 0;
   for (const auto& l : c_.layers) max_kv = std::max(max_kv, l.n_kv_heads * l.head_dim);
   k_.resize(size_t(T) * max_kv), v_.resize(size_t(T) * max_kv);
@@ -236,8 +236,8 @@ void Forward::layer_input(int l, KvCache& kv, bool with_query, const DecoderBloc
   MatmulTarget targets[3] = {{lw.attn_k, k_.data(), kvw}};
   int count = 1;
   if (lw.has_v) targets[count++] = {lw.attn_v, v_.data(), kvw};
-  if (with_query) targets[count++] = {lw.attn_q, blk_.q.data(), qw};
-  matmul_shared(targets, count, blk_.a.data(), n_, d);
+  if (with_query) targets[count++] = {lw.attn_q, buf_.q.data(), qw};
+  matmul_shared(targets, count, buf_.a.data(), n_, d);
   if (!lw.has_v) {
     std::copy(k_.begin(), k_.begin() + size_t(n_) * kvw, v_.begin());  // k_eq_v: V is the raw K projection
   }
@@ -285,14 +285,14 @@ void Forward::ple_block(int l, const DecoderBlock& blk) {
     if (!switches.exact_gelu) gelu_tanh_f16_mul(g, pl, g, P);
     else gelu_tanh_mul(g, pl, g, P);
   }
-  matmul(lw.ple_proj, pg_.data(), n_, P, blk_.o.data(), d);
+  matmul(lw.ple_proj, pg_.data(), n_, P, buf_.o.data(), d);
   blk.add_normed(lw.ple_post_norm.data(), h_.data(), n_);
 }
 
 // 2.5 Head: final norm (the MTP hidden state), tied LM head, softcap.
 void Forward::head(const Batch& batch, ForwardOutputs& out, const DecoderBlock& blk) {
   const int d = c_.d_model;
-  float* y = blk_.a.data();
+  float* y = buf_.a.data();
   blk.norm_rows(h_.data(), w_.output_norm.data(), n_, y);
   int n_logits = 0;
   for (int i = 0; i < n_; ++i) {

@@ -83,7 +83,7 @@ class Forward {
   std::vector<float> ple_;        // [n, L*P] per-layer inputs
   std::vector<float> k_, v_;      // [n, Hk*hd] keys and values of a KV-owning layer
   std::vector<float> pg_;         // [n, P] PLE gate
-  BlockBuffers blk_;              // the decoder layer's intermediates (a: the normed input of a branch)
+  BlockBuffers buf_;              // the decoder layer's intermediates (a: the normed input of a branch)
 };
 
 }  // namespace gem4
