@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace gem4::generate {
 
@@ -50,17 +51,25 @@ std::string TextStream::finish() {
   return r.text + matcher_.flush();
 }
 
-GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, const GenerateRequest& req,
-                        const OnPiece& on_piece, SpecStats* spec_stats) {
+namespace {
+
+// The loop of generate(); without a tokenizer there is no text and no end-of-generation id.
+GenerateResult run(Session& session, const text::Tokenizer* tokenizer, const GenerateRequest& req,
+                   const OnPiece& on_piece, SpecStats* spec_stats) {
   if (req.prompt.empty()) throw std::invalid_argument("generate: empty prompt");
   check_context(int(req.prompt.size()), session.n_ctx());
   Sequence& seq = session.sequence();
   Engine& engine = session.engine();
   Sequence* const self = &seq;
-  seq.sampler.emplace(req.sampling);  // validates the parameters before any work
+  if (req.use_sampler) {
+    seq.sampler.emplace(req.sampling);  // validates the parameters before any work
+  } else {
+    seq.sampler.reset();
+  }
   seq.sample_after_prompt = true;
   seq.keep_hidden = false;
-  TextStream stream(tokenizer, req.stop, req.special_text);
+  std::optional<TextStream> stream;
+  if (tokenizer) stream.emplace(*tokenizer, req.stop, req.special_text);
 
   GenerateResult res;
   GenerateStats& st = res.stats;
@@ -77,24 +86,30 @@ GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, cons
     res.text += text;
     return !on_piece || on_piece(text, token);
   };
+  auto is_stop_id = [&](int32_t t) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), t) != req.stop_ids.end(); };
   bool cancelled = false, done = false;
   st.stop = StopReason::Length;
   while (!done) {
     for (int32_t token : seq.emitted) {
       res.tokens.push_back(token);
       if (++st.generated == 1) st.ttft_s = seconds_since(t_start);
-      if (req.stop_at_eog && tokenizer.is_eog(token)) {
+      if (tokenizer && req.stop_at_eog && tokenizer->is_eog(token)) {
         st.stop = StopReason::Eog;
         done = true;
         break;
       }
-      if (!emit(stream.push(token), token)) {
+      if (!emit(stream ? stream->push(token) : std::string(), token)) {
         cancelled = done = true;
         break;
       }
-      if (stream.stopped()) {
+      if (stream && stream->stopped()) {
         st.stop = StopReason::StopString;
-        st.stop_string = stream.stop_string();
+        st.stop_string = stream->stop_string();
+        done = true;
+        break;
+      }
+      if (is_stop_id(token)) {
+        st.stop = StopReason::Eog;
         done = true;
         break;
       }
@@ -109,11 +124,11 @@ GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, cons
   }
   if (cancelled) {
     st.stop = StopReason::Cancelled;
-  } else if (st.stop != StopReason::StopString) {
-    std::string rest = stream.finish();
-    if (stream.stopped()) {  // the held-back tail completed a stop string only at the very end
+  } else if (stream && st.stop != StopReason::StopString) {
+    std::string rest = stream->finish();
+    if (stream->stopped()) {  // the held-back tail completed a stop string only at the very end
       st.stop = StopReason::StopString;
-      st.stop_string = stream.stop_string();
+      st.stop_string = stream->stop_string();
     }
     if (!rest.empty() && !emit(std::move(rest), -1)) st.stop = StopReason::Cancelled;
   }
@@ -125,38 +140,25 @@ GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, cons
   return res;
 }
 
+}  // namespace
+
+GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, const GenerateRequest& req,
+                        const OnPiece& on_piece, SpecStats* spec_stats) {
+  return run(session, &tokenizer, req, on_piece, spec_stats);
+}
+
 TokenRun generate_tokens(Session& session, const std::vector<int32_t>& prompt, int n_predict,
                          const SamplingParams* sampling, const std::vector<int32_t>& stop_ids) {
   TokenRun r;
   if (n_predict <= 0) return r;
-  Sequence& seq = session.sequence();
-  Engine& engine = session.engine();
-  Sequence* const self = &seq;
-  if (sampling) {
-    seq.sampler.emplace(*sampling);
-  } else {
-    seq.sampler.reset();
-  }
-  seq.sample_after_prompt = true;
-  seq.keep_hidden = false;
-  engine.start(seq, prompt);
-  engine.prefill(seq);
-  auto is_stop = [&](int32_t t) { return std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end(); };
-  bool stopped = false;
-  for (;;) {
-    for (int32_t t : seq.emitted) {
-      r.tokens.push_back(t);
-      if (is_stop(t) || int(r.tokens.size()) >= n_predict) {
-        stopped = true;
-        break;
-      }
-    }
-    if (stopped || int(seq.tokens.size()) > session.n_ctx()) break;
-    engine.step(std::span<Sequence* const>(&self, 1));
-  }
-  engine.keep(seq, int(prompt.size() + r.tokens.size()));
-  engine.finish(seq);
-  r.stats = seq.stats;
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = n_predict;
+  req.stop_ids = stop_ids;
+  req.use_sampler = sampling != nullptr;
+  if (sampling) req.sampling = *sampling;
+  GenerateResult g = run(session, nullptr, req, {}, &r.stats);
+  r.tokens = std::move(g.tokens);
   return r;
 }
 

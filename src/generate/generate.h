@@ -38,6 +38,8 @@ struct GenerateRequest {
   int max_tokens = -1;             // < 0: until end of generation or a full context
   std::vector<std::string> stop;   // stop strings (matched on the decoded text; not emitted)
   bool stop_at_eog = true;         // end at the tokenizer's end-of-generation ids (not emitted)
+  std::vector<int32_t> stop_ids;   // also end at these ids (emitted; for token-only runs)
+  bool use_sampler = true;         // false: plain argmax, no sampler chain (benchmarks, tests)
   bool special_text = false;       // write CONTROL tokens out as text (<turn|>); USER_DEFINED always are
 };
 
@@ -97,8 +99,8 @@ class TextStream {
 GenerateResult generate(Session& session, const text::Tokenizer& tokenizer, const GenerateRequest& req,
                         const OnPiece& on_piece = {}, SpecStats* spec_stats = nullptr);
 
-// Greedy or sampled tokens without text: n_predict tokens (fewer at an id in `stop_ids`, which is
-// kept, or a full context) for benchmarks and tests, through the same step as generate().
+// Greedy (argmax) or sampled tokens without text: n_predict tokens (fewer at an id in `stop_ids`,
+// which is kept, or a full context) for benchmarks and tests: generate() without a tokenizer.
 struct TokenRun {
   std::vector<int32_t> tokens;
   SpecStats stats;
