@@ -415,6 +415,14 @@ class Library {
   ThreadPool pool_;
 };
 
+// A tiny-shaped model (random weights, the tiny vocabulary) whose context is 4,096 tokens, for prompts
+// longer than the trained tiny model's context.
+bool make_long_context_model(const std::string& path) {
+  const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " + tiny_model() +
+                          " -t 1 -o " + path + " 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+
 json user(const std::string& content) { return json::array({{{"role", "user"}, {"content", content}}}); }
 
 const std::vector<std::string> kPrompts = {"In the beginning God created", "And the LORD said unto Moses,",
@@ -1222,11 +1230,7 @@ TEST(ServerTest, LoadSixteenStreamingClients) {
 TEST(ServerTest, PrefixReuseCutsTimeToFirstToken) {
   Library lib(tiny_model());
   const std::string model = "/tmp/gem4_server_test_ctx4096_" + std::to_string(getpid()) + ".gguf";
-  {
-    const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " +
-                            tiny_model() + " -t 1 -o " + model + " 2>/dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
+  ASSERT_TRUE(make_long_context_model(model));
   // Token prompts cut from held-out KJV text.
   const std::vector<int32_t> text =
       lib.tok().encode(read_file(test::testdata("tiny-gemma4/valid.txt")), false, false);
@@ -1423,11 +1427,7 @@ TEST(ServerTest, SpeculationGivesPlainGreedyText) {
 TEST(ServerTest, SharedSystemPromptSurvivesWindowAndRestart) {
   Library tiny_lib(tiny_model());
   const std::string model = "/tmp/gem4_server_test_sys_" + std::to_string(getpid()) + ".gguf";
-  {
-    const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " +
-                            tiny_model() + " -t 1 -o " + model + " 2>/dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
+  ASSERT_TRUE(make_long_context_model(model));
   Library lib(model);
   const std::string dir = "/tmp/gem4_server_test_pc_" + std::to_string(getpid());
   std::system(("rm -rf " + dir).c_str());

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "gguf/gguf.h"
+#include "gguf/file_io.h"
 #include "kernels/fnv1a.h"
 
 namespace gem4::generate {
@@ -90,39 +91,6 @@ std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
-}
-
-// Closes a descriptor when it goes out of scope.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-bool read_exact(int fd, void* dst, size_t n, uint64_t at) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, off_t(at));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= size_t(r), at += uint64_t(r);
-  }
-  return true;
-}
-
-bool write_exact(int fd, const void* src, size_t n, uint64_t at) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    const ssize_t r = ::pwrite(fd, p, n, off_t(at));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      if (r == 0) errno = EIO;
-      return false;
-    }
-    p += r, n -= size_t(r), at += uint64_t(r);
-  }
-  return true;
 }
 
 int64_t mtime_ns(const struct stat& st) {

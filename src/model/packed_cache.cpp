@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/file_io.h"
 #include "kernels/fnv1a.h"
 #include "kernels/thread_pool.h"
 
@@ -104,25 +105,6 @@ bool expected_contents(const gguf::GgufFile& file, std::span<MatrixView* const> 
   header->entries_hash = fnv1a(entries->data(), entries->size() * sizeof(Entry));
   return true;
 }
-
-bool read_exact(int fd, void* dst, size_t n, uint64_t at) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, off_t(at));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= size_t(r), at += uint64_t(r);
-  }
-  return true;
-}
-
-// Closes a descriptor when it goes out of scope.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Removes `path`.tmp-PID files left by writers that died mid-write (PID no longer running): each can be
 // gigabytes.
