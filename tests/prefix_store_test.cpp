@@ -3,6 +3,8 @@
 //
 // References, none produced by the code under test: a fresh Session that computes the whole prompt,
 // and the plain greedy continuation it gives.
+#include "generate/prefix_store.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <random>
 
 #include "generate/generate.h"
-#include "generate/prefix_store.h"
 #include "generate/session.h"
 #include "kernels/thread_pool.h"
 #include "model/model.h"

@@ -10,7 +10,8 @@
 
 namespace gem4::generate {
 
-CombinedDrafter::CombinedDrafter(std::vector<std::unique_ptr<Drafter>> drafters) : drafters_(std::move(drafters)) {
+CombinedDrafter::CombinedDrafter(std::vector<std::unique_ptr<Drafter>> drafters)
+    : drafters_(std::move(drafters)) {
   if (drafters_.empty()) throw std::invalid_argument("CombinedDrafter: no drafters");
 }
 
@@ -38,7 +39,8 @@ std::vector<std::string> parse_spec(const std::string& spec) {
   auto flush = [&]() {
     std::string k;
     for (char c : cur)
-      if (!std::isspace(static_cast<unsigned char>(c))) k += char(std::tolower(static_cast<unsigned char>(c)));
+      if (!std::isspace(static_cast<unsigned char>(c)))
+        k += char(std::tolower(static_cast<unsigned char>(c)));
     cur.clear();
     if (k.empty()) return;
     if (k != "none" && k != "mtp" && k != "draft" && k != "ngram")
@@ -56,7 +58,8 @@ std::vector<std::string> parse_spec(const std::string& spec) {
   }
   flush();
   if (std::find(kinds.begin(), kinds.end(), "none") != kinds.end()) {
-    if (kinds.size() > 1) throw std::invalid_argument("--spec: 'none' cannot be combined with other kinds ('" + spec + "')");
+    if (kinds.size() > 1)
+      throw std::invalid_argument("--spec: 'none' cannot be combined with other kinds ('" + spec + "')");
     kinds.clear();
   }
   return kinds;
@@ -78,7 +81,8 @@ std::unique_ptr<Drafter> make_drafter(const std::string& spec, const Model& targ
   std::vector<std::unique_ptr<Drafter>> models;
   for (const std::string& k : kinds) {
     if (k == "mtp") {
-      if (!assistant) throw std::invalid_argument("--spec mtp needs -md FILE with a gemma4-assistant (MTP) model");
+      if (!assistant)
+        throw std::invalid_argument("--spec mtp needs -md FILE with a gemma4-assistant (MTP) model");
       auto mtp = std::make_unique<MtpDrafter>(*assistant, target, pool);
       mtp->assistant().exact_gelu = draft_session_opt.switches.exact_gelu;
       models.push_back(std::move(mtp));

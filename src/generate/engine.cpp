@@ -11,7 +11,9 @@ namespace gem4::generate {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 int common_prefix(const int32_t* a, int na, const std::vector<int32_t>& b) {
   const int n = std::min(na, int(b.size()));
@@ -23,11 +25,16 @@ int common_prefix(const int32_t* a, int na, const std::vector<int32_t>& b) {
 
 const char* prefix_source_name(PrefixSource s) {
   switch (s) {
-    case PrefixSource::None: return "none";
-    case PrefixSource::Own: return "own";
-    case PrefixSource::OtherSequence: return "other";
-    case PrefixSource::Store: return "store";
-    case PrefixSource::Disk: return "disk";
+    case PrefixSource::None:
+      return "none";
+    case PrefixSource::Own:
+      return "own";
+    case PrefixSource::OtherSequence:
+      return "other";
+    case PrefixSource::Store:
+      return "store";
+    case PrefixSource::Disk:
+      return "disk";
   }
   return "?";
 }
@@ -42,7 +49,8 @@ void Sequence::speculate(Drafter* drafter, const SpecOptions& opt, int max_ubatc
 Engine::Engine(Forward& forward, KvCache& kv, PrefixStore* store, PromptCacheDir* disk)
     : forward_(forward), kv_(kv), store_(store), disk_(disk) {}
 
-StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt, std::span<Sequence* const> others) {
+StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt,
+                        std::span<Sequence* const> others) {
   if (prompt.empty()) throw std::invalid_argument("empty prompt");
   if (int(prompt.size()) > kv_.n_ctx())
     throw std::invalid_argument("the prompt needs " + std::to_string(prompt.size()) +
@@ -66,7 +74,8 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt, std::
     if (info.reused / C < limit / C) from_store = store_->resumable(kv_, seq.id, prompt, limit, held);
     if (disk_ && from_store / C < limit / C && (info.reused / C) < limit / C) {
       const int best = std::max(from_store, info.reused);
-      const int n = disk_->load(prompt, limit / C, [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); });
+      const int n = disk_->load(prompt, limit / C,
+                                [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); });
       if (n * C > best) {
         const int p = store_->resumable(kv_, seq.id, prompt, limit, held);
         if (p > from_store) from_store = p, info.disk_tokens = p;
@@ -141,7 +150,8 @@ void Engine::save_prompt(const Sequence& seq, int n_prompt) {
   const int C = store_->chunk_tokens();
   const int n = std::min(n_prompt, seq.n_cached) / C;
   // Whole chunks present in the store, from the first.
-  const std::vector<int32_t> prefix(seq.tokens.begin(), seq.tokens.begin() + std::min<size_t>(seq.tokens.size(), size_t(n) * C));
+  const std::vector<int32_t> prefix(seq.tokens.begin(),
+                                    seq.tokens.begin() + std::min<size_t>(seq.tokens.size(), size_t(n) * C));
   int have = 0;
   while (have < n && store_->find(prefix, have)) ++have;
   if (have == 0) return;
@@ -165,7 +175,8 @@ void Engine::step(std::span<Sequence* const> decoding, Sequence* prefill, int pr
     if (!s->generating || s->n_cached + 1 != int(s->tokens.size()))
       throw std::logic_error("Engine::step: sequence " + std::to_string(s->id) + " is not generating");
     const int n = int(s->tokens.size());
-    if (n > kv_.n_ctx()) throw std::length_error("the context of " + std::to_string(kv_.n_ctx()) + " tokens is full");
+    if (n > kv_.n_ctx())
+      throw std::length_error("the context of " + std::to_string(kv_.n_ctx()) + " tokens is full");
     const auto td = Clock::now();
     s->draft.clear();
     const int k = std::min({s->length().next(), kv_.n_ctx() - n, kv_.max_ubatch() - 1});
@@ -287,7 +298,8 @@ void Engine::accept_verify(Sequence& s, int first_row, int n, double draft_s, do
     sampler->accept(d);
   }
   if (a == kd) {
-    next = sampler ? sampler->sample(out_.logits_of(first_row + kd), V) : argmax_token(out_.logits_of(first_row + kd), V);
+    next = sampler ? sampler->sample(out_.logits_of(first_row + kd), V)
+                   : argmax_token(out_.logits_of(first_row + kd), V);
   }
   if (sampler) sampler->accept(next);
 

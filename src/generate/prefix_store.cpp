@@ -10,7 +10,9 @@
 namespace gem4::generate {
 
 PrefixStore::PrefixStore(const KvCache& kv, size_t budget_bytes, int chunk_tokens)
-    : C_(chunk_tokens), chunk_bytes_(kv.position_bytes() * size_t(std::max(chunk_tokens, 1))), budget_(budget_bytes) {
+    : C_(chunk_tokens),
+      chunk_bytes_(kv.position_bytes() * size_t(std::max(chunk_tokens, 1))),
+      budget_(budget_bytes) {
   if (chunk_tokens < 1) throw std::invalid_argument("PrefixStore: chunk size must be positive");
   stats_.budget = budget_bytes;
 }
@@ -18,7 +20,8 @@ PrefixStore::PrefixStore(const KvCache& kv, size_t budget_bytes, int chunk_token
 void PrefixStore::chain_hashes(const std::vector<int32_t>& tokens, int n, std::vector<uint64_t>& out) const {
   out.resize(n);
   uint64_t h = kFnv1aOffsetBasis;
-  for (int i = 0; i < n; ++i) out[i] = h = fnv1a(tokens.data() + size_t(i) * C_, size_t(C_) * sizeof(int32_t), h);
+  for (int i = 0; i < n; ++i)
+    out[i] = h = fnv1a(tokens.data() + size_t(i) * C_, size_t(C_) * sizeof(int32_t), h);
 }
 
 PrefixStore::Chunk* PrefixStore::lookup(uint64_t key, const int32_t* tokens) {
@@ -72,7 +75,8 @@ void PrefixStore::record(const KvCache& kv, int seq, const std::vector<int32_t>&
   evict();
 }
 
-int PrefixStore::resumable(const KvCache& kv, int seq, const std::vector<int32_t>& tokens, int limit, int held) {
+int PrefixStore::resumable(const KvCache& kv, int seq, const std::vector<int32_t>& tokens, int limit,
+                           int held) {
   limit = std::min<int>(limit, int(tokens.size()));
   const int n = limit / C_;
   if (n == 0) return 0;
@@ -105,7 +109,8 @@ int PrefixStore::resumable(const KvCache& kv, int seq, const std::vector<int32_t
 }
 
 void PrefixStore::restore(KvCache& kv, int seq, const std::vector<int32_t>& tokens, int p, int held) {
-  if (p % C_ != 0 || p > int(tokens.size())) throw std::invalid_argument("PrefixStore::restore: bad prefix length");
+  if (p % C_ != 0 || p > int(tokens.size()))
+    throw std::invalid_argument("PrefixStore::restore: bad prefix length");
   const int len = kv.seq_len(seq);
   held = std::clamp(held, 0, len);
   const int live = kv.live_from(seq);

@@ -26,9 +26,9 @@ namespace gem4::generate {
 struct PrefixStoreStats {
   size_t bytes = 0, budget = 0;
   int64_t chunks = 0;
-  int64_t stored = 0;         // chunks recorded so far
-  int64_t evicted = 0;        // chunks dropped for the budget
-  int64_t restores = 0;       // prefixes resumed from chunks
+  int64_t stored = 0;    // chunks recorded so far
+  int64_t evicted = 0;   // chunks dropped for the budget
+  int64_t restores = 0;  // prefixes resumed from chunks
   int64_t restored_tokens = 0;
 };
 

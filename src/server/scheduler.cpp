@@ -30,9 +30,9 @@ struct Scheduler::Slot {
   std::shared_ptr<Job> job;
   uint64_t admitted = 0;  // admission order: the oldest prompt is processed first
   int n_prompt = 0;
-  int reused = 0;         // prompt tokens whose K/V were reused
-  int taken = 0;          // emitted tokens handled (an ending EOG included)
-  int generated = 0;      // of those, reported as completion tokens
+  int reused = 0;     // prompt tokens whose K/V were reused
+  int taken = 0;      // emitted tokens handled (an ending EOG included)
+  int generated = 0;  // of those, reported as completion tokens
   Clock::time_point t_admit;
   std::optional<generate::TextStream> stream;
   std::optional<text::OutputParser> parser;
@@ -212,7 +212,8 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     s.reused = info.reused;
     if (metrics_) {
       metrics_->count_prompt(int(req.prompt.size()), info.reused);
-      if (info.reused > 0) metrics_->count_prefix_source(generate::prefix_source_name(info.source), info.reused);
+      if (info.reused > 0)
+        metrics_->count_prefix_source(generate::prefix_source_name(info.source), info.reused);
     }
   } catch (const std::exception& e) {
     s.reused = 0;
@@ -260,7 +261,8 @@ void Scheduler::step() {
   }
   int decode_rows = 0;
   for (Slot* s : decoding) decode_rows += int(s->seq.emitted.size());
-  if (metrics_) metrics_->count_step(chunk, decode_rows, std::chrono::duration<double>(Clock::now() - t0).count());
+  if (metrics_)
+    metrics_->count_step(chunk, decode_rows, std::chrono::duration<double>(Clock::now() - t0).count());
 
   for (Slot* s : decoding) {
     if (metrics_ && s->seq.length().draft_max() > 0)
