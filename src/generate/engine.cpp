@@ -74,8 +74,9 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt,
     if (info.reused / C < limit / C) from_store = store_->resumable(kv_, seq.id, prompt, limit, held);
     if (disk_ && from_store / C < limit / C && (info.reused / C) < limit / C) {
       const int best = std::max(from_store, info.reused);
-      const int n = disk_->load(prompt, limit / C,
-                                [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); });
+      // Only an entry that gives more than the memory already does is read.
+      const int n = disk_->load(
+          prompt, limit / C, [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); }, nullptr, best / C);
       if (n * C > best) {
         const int p = store_->resumable(kv_, seq.id, prompt, limit, held);
         if (p > from_store) from_store = p, info.disk_tokens = p;

@@ -559,7 +559,8 @@ int PromptCacheDir::load_from(const std::string& name, const std::vector<int32_t
 }
 
 int PromptCacheDir::load(const std::vector<int32_t>& tokens, int max_chunks,
-                         const std::function<void(int, const uint8_t*)>& put_chunk, std::string* why) {
+                         const std::function<void(int, const uint8_t*)>& put_chunk, std::string* why,
+                         int more_than) {
   std::lock_guard lock(mu_);
   std::string notes;
   const int n_query =
@@ -574,7 +575,7 @@ int PromptCacheDir::load(const std::vector<int32_t>& tokens, int max_chunks,
     int shared = 0;
     while (shared < std::min(n_query, k.n_chunks) && k.prefix_hash[size_t(shared)] == query[size_t(shared)])
       ++shared;
-    if (shared > 0) candidates.emplace_back(shared, k.mtime_ns, name);
+    if (shared > std::max(more_than, 0)) candidates.emplace_back(shared, k.mtime_ns, name);
   }
   std::sort(candidates.rbegin(), candidates.rend());  // most shared first, then the most recently used
   int n = 0;

@@ -101,8 +101,10 @@ class PromptCacheDir {
   // the next best one tried; an entry of another key is skipped. Marks the entry used. 0 when none is
   // usable (*why says why when an entry was rejected). Should the file change between the check and the
   // hand-out (someone editing it in place), the chunks handed out until then (each checked again) count.
+  // Entries sharing no more than `more_than` chunks are not read (the caller has those already).
   int load(const std::vector<int32_t>& tokens, int max_chunks,
-           const std::function<void(int, const uint8_t*)>& put_chunk, std::string* why = nullptr);
+           const std::function<void(int, const uint8_t*)>& put_chunk, std::string* why = nullptr,
+           int more_than = 0);
 
   std::vector<PromptCacheEntryInfo> list() const;  // all entries in the folder, usable with this key or not
   void clear();                                    // removes every entry (and temporaries) of the folder
