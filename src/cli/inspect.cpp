@@ -65,13 +65,33 @@ int cmd_inspect(int argc, char** argv, int first) {
   if (c.arch == "gemma4")
     std::printf("KV: layers 0-%d own KV (%d layers); layers %d-%d are KV-shared (%d); rows are pruned after layer %d's K/V write\n",
                 c.first_shared - 1, c.first_shared, c.first_shared, c.n_layer - 1, c.n_kv_shared, c.prune_layer());
-  std::printf("\nlayer plan:\n  %-5s %-8s %-5s %-6s %-7s %s\n", "layer", "type", "hd", "kv_h", "ffn", "kv");
+  if (c.n_expert > 0) {
+    // Active parameters per token: everything but the experts a token does not use (and the
+    // embedding tables, which are looked up, not multiplied; the tied head counts once).
+    long long expert_params = 0;
+    for (const auto& t : f->tensors())
+      if (t.name.find("_exps.weight") != std::string::npos) expert_params += t.n_elements();
+    const long long active = params - expert_params + expert_params * c.n_expert_used / c.n_expert;
+    auto count = [](long long n) {
+      char b[32];
+      std::snprintf(b, sizeof b, n >= 1000000000 ? "%.2f B" : "%.2f M", n >= 1000000000 ? n / 1e9 : n / 1e6);
+      return std::string(b);
+    };
+    std::printf("MoE: every layer has a dense MLP beside %d experts of width %d, %d used per token; %s of the %s "
+                "parameters are active per token\n",
+                c.n_expert, c.n_ff_exp, c.n_expert_used, count(active).c_str(), count(params).c_str());
+  }
+  std::printf("\nlayer plan:\n  %-5s %-8s %-5s %-6s %-12s %s\n", "layer", "type", "hd", "kv_h", "ffn", "kv");
   for (int l = 0; l < c.n_layer; ++l) {
     const auto& L = c.layers[l];
     std::string kv = L.owns_kv ? "owns KV (slot " + std::to_string(L.kv_slot) + ")"
                      : L.kv_source >= 0 ? "reads KV of layer " + std::to_string(L.kv_source)
                                         : "reads the target's KV";
-    std::printf("  %-5d %-8s %-5d %-6d %-7d %s\n", l, L.sliding ? "sliding" : "full", L.head_dim, L.n_kv_heads, L.n_ff, kv.c_str());
+    const std::string ffn = c.n_expert > 0 ? std::to_string(L.n_ff) + "+" + std::to_string(c.n_expert_used) + "/" +
+                                                 std::to_string(c.n_expert) + "x" + std::to_string(c.n_ff_exp)
+                                           : std::to_string(L.n_ff);
+    std::printf("  %-5d %-8s %-5d %-6d %-12s %s\n", l, L.sliding ? "sliding" : "full", L.head_dim, L.n_kv_heads,
+                ffn.c_str(), kv.c_str());
   }
   return 0;
 }

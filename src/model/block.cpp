@@ -1,6 +1,7 @@
 #include "model/block.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -80,6 +81,7 @@ double DecoderBlock::attention(int l, const AttentionKeys& keys, float* h, int n
 }
 
 void DecoderBlock::mlp(int l, bool exact_gelu, float* h, int n) const {
+  if (c_.n_expert > 0) return moe_mlp(l, exact_gelu, h, n);
   const LayerWeights& lw = w_.layers[l];
   const int d = c_.d_model, ff = c_.layers[l].n_ff;
   norm_rows(h, lw.ffn_norm.data(), n, buf_.a.data());
@@ -95,6 +97,97 @@ void DecoderBlock::mlp(int l, bool exact_gelu, float* h, int n) const {
   });
   const MatmulTarget down{lw.ffn_down, buf_.o.data(), d};
   matmul_(&down, 1, buf_.act.data(), n, ff);
+  add_normed(lw.post_ffw_norm.data(), h, n);
+}
+
+namespace {
+void gelu_mul(bool exact, const float* g, const float* u, float* y, int64_t n) {
+  if (exact) {
+    gelu_tanh_mul(g, u, y, n);
+  } else {
+    gelu_tanh_f16_mul(g, u, y, n);
+  }
+}
+}  // namespace
+
+void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
+  const LayerWeights& lw = w_.layers[l];
+  const int d = c_.d_model, ff = c_.layers[l].n_ff, E = c_.n_expert, K = c_.n_expert_used, fe = c_.n_ff_exp;
+  const size_t nd = size_t(n) * d;
+  buf_.dense.resize(nd), buf_.router_in.resize(nd), buf_.expert_in.resize(nd), buf_.expert_sum.assign(nd, 0.0f);
+  buf_.router_logits.resize(size_t(n) * E);
+
+  // Dense branch: post_ffw_norm_1(W_down(gelu(W_gate m) * W_up m)), m = rmsnorm(h, ffn_norm).
+  norm_rows(h, lw.ffn_norm.data(), n, buf_.a.data());
+  const MatmulTarget gate_up[2] = {{lw.ffn_gate, buf_.gate.data(), ff}, {lw.ffn_up, buf_.up.data(), ff}};
+  matmul_(gate_up, 2, buf_.a.data(), n, d);
+  parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
+    gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
+  });
+  const MatmulTarget down{lw.ffn_down, buf_.dense.data(), d};
+  matmul_(&down, 1, buf_.act.data(), n, ff);
+  norm_rows(buf_.dense.data(), lw.post_ffw_norm_1.data(), n, buf_.dense.data());
+
+  // Router on rmsnorm(h) / sqrt(d) * router_scale; the experts read pre_ffw_norm_2(h).
+  norm_rows(h, nullptr, n, buf_.router_in.data());
+  const float inv_sqrt_d = 1.0f / std::sqrt(float(d));
+  for (int i = 0; i < n; ++i) {
+    float* r = &buf_.router_in[size_t(i) * d];
+    for (int j = 0; j < d; ++j) r[j] = r[j] * inv_sqrt_d * lw.router_scale[j];
+  }
+  const MatmulTarget route{lw.router, buf_.router_logits.data(), E};
+  matmul_(&route, 1, buf_.router_in.data(), n, d);
+  norm_rows(h, lw.pre_ffw_norm_2.data(), n, buf_.expert_in.data());
+
+  // Top-k per row: softmax over all experts, keep K, renormalise, times the expert's scale.
+  std::vector<std::vector<std::pair<int, float>>> rows_of(E);  // expert -> (row, weight)
+  std::vector<int> order(E);
+  std::vector<float> p(E);
+  for (int i = 0; i < n; ++i) {
+    const float* z = &buf_.router_logits[size_t(i) * E];
+    const float mx = *std::max_element(z, z + E);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += p[e] = std::exp(z[e] - mx);
+    for (int e = 0; e < E; ++e) p[e] = float(p[e] / sum);
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top = 0;
+    for (int k = 0; k < K; ++k) top += p[order[k]];
+    for (int k = 0; k < K; ++k) {
+      const int e = order[k];
+      rows_of[e].push_back({i, p[e] / top * lw.expert_scale[e]});
+    }
+  }
+
+  // Each used expert once, on its rows gathered: W_down(gelu(gate) * up), added with its weight.
+  for (int e = 0; e < E; ++e) {
+    const auto& rows = rows_of[e];
+    const int m = int(rows.size());
+    if (m == 0) continue;
+    buf_.ex_x.resize(size_t(m) * d), buf_.ex_gu.resize(size_t(m) * 2 * fe);
+    buf_.ex_act.resize(size_t(m) * fe), buf_.ex_y.resize(size_t(m) * d);
+    for (int r = 0; r < m; ++r)
+      std::copy_n(&buf_.expert_in[size_t(rows[r].first) * d], d, &buf_.ex_x[size_t(r) * d]);
+    const MatmulTarget gu{lw.expert_gate_up[e], buf_.ex_gu.data(), 2 * fe};
+    matmul_(&gu, 1, buf_.ex_x.data(), m, d);
+    for (int r = 0; r < m; ++r) {
+      const float* g = &buf_.ex_gu[size_t(r) * 2 * fe];
+      gelu_mul(exact_gelu, g, g + fe, &buf_.ex_act[size_t(r) * fe], fe);
+    }
+    const MatmulTarget dn{lw.expert_down[e], buf_.ex_y.data(), d};
+    matmul_(&dn, 1, buf_.ex_act.data(), m, fe);
+    for (int r = 0; r < m; ++r) {
+      float* acc = &buf_.expert_sum[size_t(rows[r].first) * d];
+      const float* y = &buf_.ex_y[size_t(r) * d];
+      const float wgt = rows[r].second;
+      for (int j = 0; j < d; ++j) acc[j] += wgt * y[j];
+    }
+  }
+  norm_rows(buf_.expert_sum.data(), lw.post_ffw_norm_2.data(), n, buf_.expert_sum.data());
+
+  // h += post_ffw_norm(dense + experts)
+  for (size_t i = 0; i < nd; ++i) buf_.o[i] = buf_.dense[i] + buf_.expert_sum[i];
   add_normed(lw.post_ffw_norm.data(), h, n);
 }
 

@@ -38,6 +38,10 @@ struct BlockBuffers {
   std::vector<float> attn;           // [n, H*hd] attention output, heads concatenated
   std::vector<float> o;              // [n, d] a branch's output before its residual add
   std::vector<float> gate, up, act;  // [n, n_ff] MLP
+  // Mixture of experts: the dense branch, the router's input and logits, the experts' input and sum,
+  // and one expert's rows gathered (input, gate|up, activation, output).
+  std::vector<float> dense, router_in, router_logits, expert_in, expert_sum;
+  std::vector<float> ex_x, ex_gu, ex_act, ex_y;
   // Room for n rows of every layer of c (no-op once large enough).
   void resize(int n, const ModelConfig& c);
 };
@@ -73,6 +77,12 @@ class DecoderBlock {
   // Steps 8-11: h += rmsnorm(W_down(gelu(W_gate m) * W_up m), post_ffw_norm), m = rmsnorm(h, ffn_norm).
   // `exact_gelu`: the tanh formula instead of llama.cpp's f16 table (kernels/ops.h).
   void mlp(int l, bool exact_gelu, float* h, int n) const;
+  // The 26B-A4B MLP: the dense branch of mlp() beside the mixture of experts (weights.h gives the
+  // formula). The router: softmax over every expert of W_router (rmsnorm(h) / sqrt(d) * router_scale),
+  // the top n_expert_used (lower id first on ties), their weights renormalised to sum 1 and scaled by
+  // expert_scale. Each expert runs once on all the rows that picked it (one product per expert per
+  // micro-batch, reading only the experts some row uses).
+  void moe_mlp(int l, bool exact_gelu, float* h, int n) const;
   // Step 17: h *= layer_scalar (the whole residual stream).
   void scale(int l, float* h, int n) const;
 

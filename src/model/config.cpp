@@ -73,6 +73,21 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
     throw config_error(f, p + "attention.shared_kv_layers", "out of range");
   c.first_shared = c.n_layer - c.n_kv_shared;
   c.d_backbone = int(f.get_int_or(p + "embedding_length_out", 0));
+  c.n_expert = int(f.get_int_or(p + "expert_count", 0));
+  c.n_expert_used = int(f.get_int_or(p + "expert_used_count", 0));
+  c.n_ff_exp = int(f.get_int_or(p + "expert_feed_forward_length", 0));
+  if (c.n_expert < 0 || c.n_expert > 4096) throw config_error(f, p + "expert_count", "out of range");
+  if (c.n_expert > 0) {
+    if (c.n_expert_used < 1 || c.n_expert_used > c.n_expert)
+      throw config_error(f, p + "expert_used_count", "must be between 1 and expert_count (" +
+                                                         std::to_string(c.n_expert) + ")");
+    if (c.n_ff_exp <= 0 || c.n_ff_exp % 32 != 0)
+      throw config_error(f, p + "expert_feed_forward_length", "must be a positive multiple of 32");
+    if (f.has(p + "expert_gating_func") && f.get_int(p + "expert_gating_func") != 1)
+      throw config_error(f, p + "expert_gating_func", "gem4 runs softmax gating (1) only, as Gemma 4 uses");
+  } else if (c.n_expert_used != 0 || c.n_ff_exp != 0) {
+    throw config_error(f, p + "expert_used_count", "set without expert_count");
+  }
 
   const auto heads = per_layer_ints(f, p + "attention.head_count", c.n_layer, true, 0);
   c.n_head = int(heads[0]);

@@ -38,6 +38,11 @@ struct ModelConfig {
   float rms_eps = 1e-6f;
   float final_softcap = 30.0f;  // 0: none
   int d_backbone = 0;        // assistant only: the target's d_model (embedding_length_out)
+  // Mixture of experts (26B-A4B layout): every layer has n_expert experts of width n_ff_exp beside
+  // its dense MLP, and each row uses the n_expert_used its router picks. 0: a dense model.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
   std::vector<LayerConfig> layers;
 
   int max_ff() const;

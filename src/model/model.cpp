@@ -26,9 +26,11 @@ void for_each_matrix(ModelWeights& w, Fn&& fn) {
   fn(w.nextn_post_proj);
   for (LayerWeights& l : w.layers) {
     for (MatrixView* m : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
-                          &l.ple_inp_gate, &l.ple_proj}) {
+                          &l.ple_inp_gate, &l.ple_proj, &l.router}) {
       fn(*m);
     }
+    for (MatrixView& m : l.expert_gate_up) fn(m);
+    for (MatrixView& m : l.expert_down) fn(m);
   }
 }
 

@@ -1,5 +1,8 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <unordered_set>
+
 #include <cmath>
 #include <stdexcept>
 
@@ -38,9 +41,28 @@ class Binder {
  public:
   Binder(const TensorTable& t, const std::string& file) : t_(t), file_(file) {}
 
+  // A lookup that does not count as a use (presence checks).
   const TensorRef* find(const std::string& name) const {
     auto it = t_.find(name);
     return it == t_.end() ? nullptr : &it->second;
+  }
+  // Marks a tensor read on purpose, or known to be unused (it then is no error).
+  void use(const std::string& name) const { used_.insert(name); }
+
+  // Every tensor of the file must be used or known to be unused: a layout gem4 does not know (an
+  // expert tensor of a newer converter, an untied output head) must not load and give wrong logits.
+  void check_all_used() const {
+    std::vector<std::string> unused;
+    for (const auto& [name, r] : t_)
+      if (!used_.count(name)) unused.push_back(name);
+    if (unused.empty()) return;
+    std::sort(unused.begin(), unused.end());
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? "', '" : "") + unused[i];
+    throw std::runtime_error(file_ + ": tensor '" + list + "'" + (unused.size() > 8 ? " and more" : "") +
+                             (unused.size() == 1 ? " is" : " are") +
+                             " not part of any Gemma 4 layout gem4 knows (refusing to load rather than ignore " +
+                             (unused.size() == 1 ? "it" : "them") + ")");
   }
 
   std::runtime_error error(const std::string& name, const std::string& what) const {
@@ -56,6 +78,7 @@ class Binder {
   const TensorRef& require(const std::string& name, const std::vector<int64_t>& ne) const {
     const TensorRef* r = find(name);
     if (!r) throw error(name, "missing (expected shape " + shape_str(ne) + ")");
+    use(name);
     std::vector<int64_t> got = r->ne;
     while (got.size() > ne.size() && got.back() == 1) got.pop_back();
     if (got != ne) throw error(name, "has shape " + shape_str(r->ne) + ", expected " + shape_str(ne));
@@ -74,6 +97,22 @@ class Binder {
     return m;
   }
 
+  // Expert e of a [in, out, n_expert] tensor as an in -> out matrix.
+  std::vector<MatrixView> experts(const std::string& name, int64_t in, int64_t out, int64_t n_expert) const {
+    const TensorRef& r = require(name, {in, out, n_expert});
+    require_supported_weight_type(r.type, file_ + ": " + name);
+    std::vector<MatrixView> v(n_expert);
+    const size_t row = ggml_row_bytes(r.type, in);
+    for (int64_t e = 0; e < n_expert; ++e) {
+      v[e].type = r.type;
+      v[e].data = r.data + size_t(e) * size_t(out) * row;
+      v[e].in = in;
+      v[e].out = out;
+      v[e].row_bytes = row;
+    }
+    return v;
+  }
+
   std::vector<float> vec(const std::string& name, int64_t n) const {
     const TensorRef& r = require(name, {n});
     require_supported_weight_type(r.type, file_ + ": " + name);
@@ -86,6 +125,7 @@ class Binder {
  private:
   const TensorTable& t_;
   const std::string& file_;
+  mutable std::unordered_set<std::string> used_;
 };
 
 }  // namespace
@@ -123,6 +163,7 @@ ModelWeights ModelWeights::bind(const ModelConfig& c, const TensorTable& t, cons
     for (const auto& L : c.layers)
       if (!L.sliding) half_full = L.head_dim / 2;
     if (any_full) w.rope_freqs = b.vec("rope_freqs.weight", half_full);
+    b.use("rope_freqs.weight");  // only full layers read it
     (void)rf;
   }
   w.inv_freq.resize(c.n_layer);
@@ -146,8 +187,11 @@ ModelWeights ModelWeights::bind(const ModelConfig& c, const TensorTable& t, cons
     lw.attn_norm = b.vec(p + "attn_norm.weight", d);
     lw.attn_q = b.matrix(p + "attn_q.weight", d, q_w);
     lw.attn_q_norm = b.vec(p + "attn_q_norm.weight", L.head_dim);
-    if (L.owns_kv) {
+    if (!L.owns_kv) {
       // On shared layers attn_k/attn_v/attn_k_norm may be present (llama.cpp converter) but are never read.
+      for (const char* n : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) b.use(p + n);
+    }
+    if (L.owns_kv) {
       lw.attn_k = b.matrix(p + "attn_k.weight", d, kv_w);
       lw.attn_k_norm = b.vec(p + "attn_k_norm.weight", L.head_dim);
       lw.has_v = b.find(p + "attn_v.weight") != nullptr;
@@ -161,12 +205,35 @@ ModelWeights ModelWeights::bind(const ModelConfig& c, const TensorTable& t, cons
     lw.ffn_down = b.matrix(p + "ffn_down.weight", L.n_ff, d);
     lw.post_ffw_norm = b.vec(p + "post_ffw_norm.weight", d);
     if (b.find(p + "layer_output_scale.weight")) lw.layer_output_scale = b.vec(p + "layer_output_scale.weight", 1)[0];
+    if (c.n_expert > 0) {
+      const int64_t E = c.n_expert, fe = c.n_ff_exp;
+      lw.post_ffw_norm_1 = b.vec(p + "post_ffw_norm_1.weight", d);
+      lw.pre_ffw_norm_2 = b.vec(p + "pre_ffw_norm_2.weight", d);
+      lw.post_ffw_norm_2 = b.vec(p + "post_ffw_norm_2.weight", d);
+      lw.router = b.matrix(p + "ffn_gate_inp.weight", d, E);
+      lw.router_scale = b.vec(p + "ffn_gate_inp.scale", d);
+      if (!b.find(p + "ffn_gate_up_exps.weight") && b.find(p + "ffn_gate_exps.weight"))
+        throw b.error(p + "ffn_gate_exps.weight",
+                      "separate gate/up expert tensors are not supported yet; gem4 reads the merged "
+                      "ffn_gate_up_exps that llama.cpp's converter writes");
+      lw.expert_gate_up = b.experts(p + "ffn_gate_up_exps.weight", d, 2 * fe, E);
+      lw.expert_down = b.experts(p + "ffn_down_exps.weight", fe, d, E);
+      lw.expert_scale = b.vec(p + "ffn_down_exps.scale", E);
+    }
     if (c.ple_dim > 0) {
       lw.ple_inp_gate = b.matrix(p + "inp_gate.weight", d, c.ple_dim);
       lw.ple_proj = b.matrix(p + "proj.weight", c.ple_dim, d);
       lw.ple_post_norm = b.vec(p + "post_norm.weight", d);
     }
   }
+  if (assistant) {
+    // The centroid head's tensors are bound by the drafter (model/assistant.cpp).
+    for (const char* n : {"masked_embedding.centroids.weight", "masked_embedding.centroids",
+                          "masked_embedding.token_ordering", "token_ordering", "masked_embedding.token_ordering.weight",
+                          "token_ordering.weight"})
+      b.use(n);
+  }
+  b.check_all_used();
   return w;
 }
 

@@ -41,6 +41,14 @@ struct LayerWeights {
   MatrixView ffn_down;                      // n_ff -> d
   std::vector<float> post_ffw_norm;         // [d]
   float layer_output_scale = 1.0f;
+  // Mixture of experts (26B-A4B layout), beside the dense MLP above:
+  //   h += post_ffw_norm(post_ffw_norm_1(dense MLP) + post_ffw_norm_2(sum_e w_e expert_e(pre_ffw_norm_2(h))))
+  std::vector<float> post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2;  // [d]
+  MatrixView router;                        // d -> n_expert (ffn_gate_inp)
+  std::vector<float> router_scale;          // [d] (ffn_gate_inp.scale)
+  std::vector<MatrixView> expert_gate_up;   // per expert: d -> 2*n_ff_exp, the gate rows then the up rows
+  std::vector<MatrixView> expert_down;      // per expert: n_ff_exp -> d
+  std::vector<float> expert_scale;          // [n_expert] (ffn_down_exps.scale, HF per_expert_scale)
   MatrixView ple_inp_gate;                  // d -> P   (PLE models)
   MatrixView ple_proj;                      // P -> d
   std::vector<float> ple_post_norm;         // [d]
