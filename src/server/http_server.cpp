@@ -93,6 +93,8 @@ void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status, error_json(e));
 }
 
+constexpr int kListenBacklog = 1024;  // the kernel caps it at net.core.somaxconn
+
 const std::set<std::string> kRoutes = {"/v1/chat/completions",
                                        "/chat/completions",
                                        "/v1/completions",
@@ -123,26 +125,35 @@ struct StreamState {
 }  // namespace
 
 struct HttpServer::Impl {
-  Scheduler& scheduler;
-  text::Tokenizer tokenizer;
-  Metrics& metrics;
+  // Set once by ready(), before `loaded` turns true; read by handlers only after that.
+  Scheduler* scheduler = nullptr;
+  const text::Tokenizer* tokenizer = nullptr;
   ServedModel model;
+  std::atomic<bool> loaded{false};
+  Metrics* metrics;
   HttpOptions opt;
   httplib::Server svr;
   std::atomic<bool> draining{false};
   std::atomic<int> in_flight{0};
   std::atomic<bool> serve_returned{false};
   std::atomic<bool> stopping{false};
+  int listen_fd = -1;
 
-  Impl(Scheduler& s, const text::Tokenizer& t, Metrics& m, ServedModel md, HttpOptions o)
-      : scheduler(s), tokenizer(t), metrics(m), model(std::move(md)), opt(std::move(o)) {
-    setup();
+  Impl(Metrics& m, HttpOptions o) : metrics(&m), opt(std::move(o)) { setup(); }
+
+  void send_error(httplib::Response& res, const ApiError& e) const {
+    if (e.status == 429 || e.status == 503) res.set_header("Retry-After", std::to_string(opt.retry_after_s));
+    server::send_error(res, e);
   }
 
   void setup() {
     const int threads = std::max(4, opt.threads);
     svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     svr.set_payload_max_length(opt.max_body);
+    svr.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = int(sock);
+    });
     svr.set_keep_alive_timeout(2);
     svr.set_read_timeout(30);
     svr.set_write_timeout(30);
@@ -180,7 +191,7 @@ struct HttpServer::Impl {
       return httplib::Server::HandlerResponse::Handled;
     };
     svr.set_error_handler(on_error);
-    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "internal error";
       try {
         if (ep) std::rethrow_exception(ep);
@@ -191,12 +202,15 @@ struct HttpServer::Impl {
       send_error(res, ApiError(500, what));
     });
     svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics.count_request(kRoutes.count(req.path) ? req.path : "other", res.status);
+      metrics->count_request(kRoutes.count(req.path) ? req.path : "other", res.status);
     });
 
+    // Every route but /health and /metrics needs the model: until it is loaded they answer 503.
     auto guarded = [this](void (Impl::*fn)(const httplib::Request&, httplib::Response&)) {
       return [this, fn](const httplib::Request& req, httplib::Response& res) {
         try {
+          if (!loaded && fn != &Impl::health && fn != &Impl::prometheus)
+            throw ApiError(503, "the model is still loading", "", "model_loading", "unavailable_error");
           (this->*fn)(req, res);
         } catch (const ApiError& e) {
           send_error(res, e);
@@ -218,10 +232,19 @@ struct HttpServer::Impl {
   // ---- simple routes ----
 
   void health(const httplib::Request&, httplib::Response& res) {
-    if (draining)
-      send_json(res, 503, {{"status", "shutting down"}});
-    else
-      send_json(res, 200, {{"status", "ok"}});
+    if (!loaded) {
+      res.set_header("Retry-After", std::to_string(opt.retry_after_s));
+      send_json(res, 503, {{"status", "loading"}});
+      return;
+    }
+    const SchedulerState s = scheduler->state();
+    const int waiting = std::max(0, s.queued - (s.slots - s.slots_busy));
+    send_json(res, draining ? 503 : 200,
+              {{"status", draining ? "shutting down" : "ok"},
+               {"slots_idle", s.slots - s.slots_busy},
+               {"slots_processing", s.slots_busy},
+               {"requests_waiting", waiting},
+               {"max_queue", s.max_queue}});
   }
 
   void models(const httplib::Request&, httplib::Response& res) {
@@ -236,7 +259,12 @@ struct HttpServer::Impl {
 
   void prometheus(const httplib::Request&, httplib::Response& res) {
     res.status = 200;
-    res.set_content(metrics.prometheus(scheduler.state()), "text/plain; version=0.0.4; charset=utf-8");
+    SchedulerState s;
+    if (loaded)
+      s = scheduler->state();
+    else
+      s.ready = false;
+    res.set_content(metrics->prometheus(s), "text/plain; version=0.0.4; charset=utf-8");
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -256,11 +284,11 @@ struct HttpServer::Impl {
     const bool add_special = flag("add_special", false), parse_special = flag("parse_special", true);
     const bool with_pieces = flag("with_pieces", false);
     const std::vector<int32_t> ids =
-        tokenizer.encode(it->get<std::string>(), add_special && tokenizer.bos() >= 0, parse_special);
+        tokenizer->encode(it->get<std::string>(), add_special && tokenizer->bos() >= 0, parse_special);
     json tokens = json::array();
     for (int32_t id : ids) {
       if (with_pieces)
-        tokens.push_back({{"id", id}, {"piece", tokenizer.token_piece(id)}});
+        tokens.push_back({{"id", id}, {"piece", tokenizer->token_piece(id)}});
       else
         tokens.push_back(id);
     }
@@ -287,7 +315,7 @@ struct HttpServer::Impl {
       ids.push_back(int32_t(id));
     }
     std::string text;
-    text::append_valid_utf8(text, tokenizer.decode(ids, /*special=*/true), /*final=*/true);
+    text::append_valid_utf8(text, tokenizer->decode(ids, /*special=*/true), /*final=*/true);
     send_json(res, 200, {{"content", text}});
   }
 
@@ -305,8 +333,8 @@ struct HttpServer::Impl {
     if (draining)
       throw ApiError(503, "the server is shutting down", "", "shutting_down", "unavailable_error");
     const json body = parse_body(req.body);
-    ApiRequest ar = is_chat ? parse_chat_request(body, tokenizer, model)
-                            : parse_completion_request(body, tokenizer, model);
+    ApiRequest ar = is_chat ? parse_chat_request(body, *tokenizer, model)
+                            : parse_completion_request(body, *tokenizer, model);
     // Reject sampling settings the sampler refuses before the request takes a slot.
     try {
       generate::Sampler check(ar.gen.sampling);
@@ -318,7 +346,13 @@ struct HttpServer::Impl {
     const int64_t created = unix_now();
     const int fd = find_connection_socket(req);
     in_flight++;
-    scheduler.submit(job);
+    if (!scheduler->try_submit(job)) {
+      in_flight--;
+      throw ApiError(429,
+                     "the server is busy: " + std::to_string(scheduler->max_queue()) +
+                         " requests already wait for a slot; retry later",
+                     "", "rate_limit_exceeded", "requests");
+    }
     if (ar.stream) {
       stream(res, job, is_chat, ar.include_usage, id, created, fd);
       return;
@@ -432,23 +466,33 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(Scheduler& scheduler, const text::Tokenizer& tokenizer, Metrics& metrics,
-                       ServedModel model, HttpOptions options)
-    : impl_(std::make_unique<Impl>(scheduler, tokenizer, metrics, std::move(model), std::move(options))) {}
+HttpServer::HttpServer(Metrics& metrics, HttpOptions options)
+    : impl_(std::make_unique<Impl>(metrics, std::move(options))) {}
+
+void HttpServer::ready(Scheduler& scheduler, const text::Tokenizer& tokenizer, ServedModel model) {
+  impl_->scheduler = &scheduler;
+  impl_->tokenizer = &tokenizer;
+  impl_->model = std::move(model);
+  impl_->loaded = true;
+}
 
 HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
   const auto& o = impl_->opt;
+  int port = o.port;
   if (o.port == 0) {
-    const int port = impl_->svr.bind_to_any_port(o.host);
+    port = impl_->svr.bind_to_any_port(o.host);
     if (port <= 0) throw std::runtime_error("serve: cannot bind " + o.host + " to a free port");
-    return port;
-  }
-  if (!impl_->svr.bind_to_port(o.host, o.port))
+  } else if (!impl_->svr.bind_to_port(o.host, o.port)) {
     throw std::runtime_error("serve: cannot bind " + o.host + ":" + std::to_string(o.port) +
                              " (address in use, or not an address of this machine?)");
-  return o.port;
+  }
+  // cpp-httplib listens with a backlog of 5: a burst of clients beyond that waits a SYN retransmit
+  // (1 s) before it is even accepted, which is no way to answer 429 "quickly". listen() again on the
+  // bound socket only raises the backlog.
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, kListenBacklog);
+  return port;
 }
 
 void HttpServer::serve() {
@@ -474,7 +518,8 @@ namespace gem4::server {
 
 struct HttpServer::Impl {};
 
-HttpServer::HttpServer(Scheduler&, const text::Tokenizer&, Metrics&, ServedModel, HttpOptions) {}
+HttpServer::HttpServer(Metrics&, HttpOptions) {}
+void HttpServer::ready(Scheduler&, const text::Tokenizer&, ServedModel) {}
 HttpServer::~HttpServer() = default;
 int HttpServer::bind() {
   throw std::runtime_error("serve: gem4 was built without cpp-httplib (install libcpp-httplib-dev)");

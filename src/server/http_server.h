@@ -8,6 +8,11 @@
 //   POST /detokenize {"tokens"} -> {"content"}
 //   POST /apply-template (a chat body) -> {"prompt"}: the rendered prompt
 // With an API key every route except /health needs "Authorization: Bearer KEY".
+//
+// The server answers as soon as it is bound, before the model is loaded: until ready() GET /health
+// says {"status":"loading"} with 503 (so a load balancer or a Kubernetes readiness probe waits) and
+// every other route answers 503. After it, /health is 200 with the slots' state, and generation
+// requests beyond --max-queue waiting ones get 429 with Retry-After.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -26,13 +31,16 @@ struct HttpOptions {
   std::string api_key;
   size_t max_body = 8u << 20;  // bytes
   int threads = 32;            // connection threads (a streaming client holds one)
+  int retry_after_s = 1;       // Retry-After of a 429 (queue full) or 503 (loading)
 };
 
 class HttpServer {
  public:
-  HttpServer(Scheduler& scheduler, const text::Tokenizer& tokenizer, Metrics& metrics, ServedModel model,
-             HttpOptions options);
+  HttpServer(Metrics& metrics, HttpOptions options);
   ~HttpServer();
+
+  // The model is loaded: from now on requests go to the scheduler. Both must outlive the server.
+  void ready(Scheduler& scheduler, const text::Tokenizer& tokenizer, ServedModel model);
 
   int bind();             // binds the listening socket; returns the port. Throws std::runtime_error.
   void serve();           // accepts connections until stop()

@@ -63,6 +63,7 @@ class Job {
   explicit Job(GenerationRequest request) : request_(std::move(request)) {}
 
   const GenerationRequest& request() const { return request_; }
+  std::chrono::steady_clock::time_point queued_at;  // set by Scheduler::submit
 
   // HTTP side.
   void cancel() { cancelled_.store(true); }

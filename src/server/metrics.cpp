@@ -49,6 +49,19 @@ void Metrics::count_finished(bool ok) {
   (ok ? generations_ok_ : generations_failed_)++;
 }
 
+void Metrics::count_rejected() {
+  std::lock_guard<std::mutex> lock(mu_);
+  rejected_++;
+}
+
+void Metrics::count_queue_wait(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waits_++;
+  wait_seconds_ += seconds;
+  for (size_t i = 0; i < kWaitBounds.size(); ++i)
+    if (seconds <= kWaitBounds[i]) wait_buckets_[i]++;
+}
+
 namespace {
 
 // Label values escape backslash, double quote and newline.
@@ -118,6 +131,23 @@ std::string Metrics::prometheus(const SchedulerState& s) const {
   sample(out, "gem4_engine_steps_total", double(steps_));
   metric(out, "gem4_requests_queued", "gauge", "Requests waiting for a free slot.");
   sample(out, "gem4_requests_queued", s.queued);
+  metric(out, "gem4_queue_capacity", "gauge",
+         "Requests that may wait for a slot (--max-queue; 0: no bound).");
+  sample(out, "gem4_queue_capacity", s.max_queue);
+  metric(out, "gem4_requests_rejected_total", "counter",
+         "Generation requests refused with 429: the queue was full.");
+  sample(out, "gem4_requests_rejected_total", double(rejected_));
+  metric(out, "gem4_queue_wait_seconds", "histogram", "Time from a request's arrival to its slot.");
+  for (size_t i = 0; i < kWaitBounds.size(); ++i) {
+    char le[32];
+    std::snprintf(le, sizeof le, "le=\"%g\"", kWaitBounds[i]);
+    sample(out, "gem4_queue_wait_seconds_bucket", double(wait_buckets_[i]), le);
+  }
+  sample(out, "gem4_queue_wait_seconds_bucket", double(waits_), "le=\"+Inf\"");
+  sample(out, "gem4_queue_wait_seconds_sum", wait_seconds_);
+  sample(out, "gem4_queue_wait_seconds_count", double(waits_));
+  metric(out, "gem4_ready", "gauge", "1 once the model is loaded and the server takes requests.");
+  sample(out, "gem4_ready", s.ready ? 1 : 0);
   metric(out, "gem4_slots_busy", "gauge", "Slots generating.");
   sample(out, "gem4_slots_busy", s.slots_busy);
   metric(out, "gem4_slots_total", "gauge", "Slots (parallel sequences).");
@@ -133,7 +163,8 @@ std::string Metrics::prometheus(const SchedulerState& s) const {
   sample(out, "gem4_draft_tokens_total", double(drafted_));
   metric(out, "gem4_draft_tokens_accepted_total", "counter", "Drafted tokens the target accepted.");
   sample(out, "gem4_draft_tokens_accepted_total", double(accepted_));
-  metric(out, "gem4_prefix_reuse_total", "counter", "Prompts that reused a cached prefix, by where it came from.");
+  metric(out, "gem4_prefix_reuse_total", "counter",
+         "Prompts that reused a cached prefix, by where it came from.");
   for (const auto& [src, v] : prefix_sources_)
     sample(out, "gem4_prefix_reuse_total", double(v.first), "source=\"" + src + "\"");
   metric(out, "gem4_prefix_reuse_tokens_total", "counter", "Prompt tokens reused, by where they came from.");

@@ -1,11 +1,13 @@
 // Server counters, exported at GET /metrics in the Prometheus text format (version 0.0.4).
 // The engine thread counts tokens and engine time; HTTP threads count requests.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gem4::server {
 
@@ -14,6 +16,8 @@ struct SchedulerState {
   int slots = 0;
   int slots_busy = 0;
   int queued = 0;
+  int max_queue = 0;           // --max-queue (0: no bound)
+  bool ready = true;           // false while the model loads
   int64_t kv_cells_used = 0;   // positions held, summed over slots
   int64_t kv_cells_total = 0;  // n_ctx * slots
   size_t kv_bytes = 0;
@@ -26,6 +30,9 @@ struct SchedulerState {
 
 class Metrics {
  public:
+  // Upper bounds (seconds) of the queue-wait histogram's buckets; +Inf is implied.
+  static constexpr std::array<double, 10> kWaitBounds = {0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
   void count_request(const std::string& path, int status);
   // Engine: one step processed `prompt_rows` prompt tokens and `decode_rows` decode tokens in
   // `seconds`; the time is split between the two in proportion to the rows.
@@ -37,6 +44,11 @@ class Metrics {
   void count_speculation(int64_t drafted, int64_t accepted);
   // Where a prompt's reused prefix came from ("own", "other", "store", "disk").
   void count_prefix_source(const std::string& source, int tokens);
+
+  // Backpressure: a request refused because the queue was full (429), and the time an admitted
+  // request waited for its slot.
+  void count_rejected();
+  void count_queue_wait(double seconds);
 
   std::string prometheus(const SchedulerState& s) const;
 
@@ -52,6 +64,10 @@ class Metrics {
   double prompt_seconds_ = 0, generation_seconds_ = 0;
   uint64_t generations_ok_ = 0, generations_failed_ = 0;
   uint64_t drafted_ = 0, accepted_ = 0;
+  uint64_t rejected_ = 0;
+  std::vector<uint64_t> wait_buckets_ = std::vector<uint64_t>(kWaitBounds.size(), 0);  // cumulative counts
+  uint64_t waits_ = 0;
+  double wait_seconds_ = 0;
   std::map<std::string, std::pair<uint64_t, uint64_t>> prefix_sources_;  // source -> (prompts, tokens)
 };
 

@@ -93,6 +93,7 @@ void Scheduler::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
+      job->queued_at = Clock::now();
       queue_.push_back(std::move(job));
       cv_.notify_all();
       return;
@@ -103,6 +104,20 @@ void Scheduler::submit(std::shared_ptr<Job> job) {
   e.finish = FinishReason::kError;
   e.error = "the server is shutting down";
   job->push(std::move(e));
+}
+
+bool Scheduler::try_submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Jobs the engine has not taken yet while slots are free are about to start, not waiting.
+    const int waiting = int(queue_.size()) - std::max(0, opt_.slots - busy_);
+    if (!stopping_ && opt_.max_queue > 0 && waiting >= opt_.max_queue) {
+      if (metrics_) metrics_->count_rejected();
+      return false;
+    }
+  }
+  submit(std::move(job));
+  return true;
 }
 
 void Scheduler::stop() {
@@ -120,6 +135,7 @@ SchedulerState Scheduler::state() const {
   s.slots = opt_.slots;
   s.slots_busy = busy_;
   s.queued = int(queue_.size());
+  s.max_queue = opt_.max_queue;
   s.kv_cells_used = kv_used_;
   s.kv_cells_total = int64_t(opt_.n_ctx) * opt_.slots;
   s.kv_bytes = kv_.bytes();
@@ -191,6 +207,8 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
                      s->job != nullptr, s->last_used});
     others.push_back(&s->seq);
   }
+  if (metrics_)
+    metrics_->count_queue_wait(std::chrono::duration<double>(Clock::now() - job->queued_at).count());
   const GenerationRequest& req = job->request();
   Slot& s = *slots_[choose_slot(req.prompt, views, kv_).slot];
   s.job = std::move(job);

@@ -55,6 +55,8 @@ struct SchedulerOptions {
   size_t prefix_store_bytes = 256u << 20;  // --cache-ram (0: no prefix store)
   std::string prompt_cache_dir;            // --prompt-cache ("" : none)
   uint64_t prompt_cache_bytes = 4096ull << 20;
+  // --max-queue: requests that may wait for a slot; try_submit refuses more (0: no bound).
+  int max_queue = 0;
 };
 
 class Scheduler {
@@ -69,12 +71,16 @@ class Scheduler {
   // Queues a job; the engine picks it up when a slot is free. After stop() the job ends at once
   // with FinishReason::kError.
   void submit(std::shared_ptr<Job> job);
+  // As submit, unless max_queue requests already wait for a slot: then false, and the job is not
+  // queued (the HTTP front answers 429). A request that finds a free slot never counts as waiting.
+  bool try_submit(std::shared_ptr<Job> job);
   // Ends the engine thread; jobs still queued or running end with FinishReason::kError.
   void stop();
 
   SchedulerState state() const;
   int n_ctx() const { return opt_.n_ctx; }
   int slots() const { return opt_.slots; }
+  int max_queue() const { return opt_.max_queue; }
 
  private:
   struct Slot;

@@ -1,10 +1,12 @@
 // gem4 serve: the OpenAI-compatible HTTP server. Loads the model, starts the engine (Scheduler) and
 // the HTTP front (HttpServer), and on SIGTERM/SIGINT drains: new generation requests get 503, the
 // running ones finish (up to --drain-timeout seconds), then it exits with status 0. A second signal
-// stops at once.
+// stops at once. The port is bound before the model loads, so /health can say "loading" meanwhile;
+// "listening on http://..." is printed once requests are served.
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -34,7 +36,9 @@ std::string model_name_of(const std::string& path) {
 }
 
 // Waits for SIGINT/SIGTERM (blocked in every thread, so only sigtimedwait sees them), then drains.
-void watch_signals(server::HttpServer& http, std::atomic<bool>& quit, double drain_timeout_s) {
+// A signal while the model still loads ends the process at once: nothing is in flight.
+void watch_signals(server::HttpServer& http, std::atomic<bool>& quit, const std::atomic<bool>& loaded,
+                   double drain_timeout_s) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -42,6 +46,11 @@ void watch_signals(server::HttpServer& http, std::atomic<bool>& quit, double dra
   const timespec tick{0, 100 * 1000 * 1000};
   while (!quit.load()) {
     if (sigtimedwait(&set, nullptr, &tick) < 0) continue;
+    if (!loaded.load()) {
+      std::fprintf(stderr, "gem4 serve: signal while loading the model; exiting\n");
+      std::fflush(stderr);
+      _exit(0);
+    }
     std::fprintf(stderr, "gem4 serve: shutting down; waiting for %d request(s) to finish\n",
                  http.in_flight());
     http.begin_drain();
@@ -71,13 +80,15 @@ int cmd_serve(int argc, char** argv, int first) {
   a.value("--ubatch", "N", "rows per engine step: decode tokens plus one prompt chunk", "512");
   a.value("--max-body", "BYTES", "largest request body accepted", "8388608");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  a.value("--max-queue", "N",
+          "requests that may wait for a slot; more get 429 with Retry-After (0: no bound)", "0");
   a.value("--alias", "NAME", "model id reported to clients (default: the file name)");
   a.value("--http-threads", "N",
           "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
   a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish",
           "30");
-  a.value("--spec", "KINDS", "speculative decoding per slot: none, mtp, ngram, draft or a combination (mtp+ngram)",
-          "none");
+  a.value("--spec", "KINDS",
+          "speculative decoding per slot: none, mtp, ngram, draft or a combination (mtp+ngram)", "none");
   a.value("-md,--model-draft", "FILE", "drafter: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
   a.value("--draft-max", "N", "most drafted tokens per round", "3");
   a.flag("--draft-adaptive", "tune each slot's draft length from measured acceptance and step costs");
@@ -118,6 +129,7 @@ int cmd_serve(int argc, char** argv, int first) {
     if (so.prompt_cache_dir.empty()) throw ArgError("serve: --prompt-cache must name a folder");
   }
   so.prompt_cache_bytes = uint64_t(int_flag("--prompt-cache-mib", 1, 1 << 24)) << 20;
+  so.max_queue = int(int_flag("--max-queue", 0, 1 << 20));
   server::HttpOptions ho;
   ho.host = a.str("--host");
   ho.port = int(int_flag("--port", 0, 65535));
@@ -144,6 +156,27 @@ int cmd_serve(int argc, char** argv, int first) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // Bind and answer /health ("loading") before the model loads.
+  server::Metrics metrics;
+  server::HttpServer http(metrics, ho);
+  const int port = http.bind();
+  std::fprintf(stderr, "gem4 serve: bound http://%s:%d; loading %s (GET /health answers 503 until ready)\n",
+               ho.host.c_str(), port, a.str("-m").c_str());
+  std::fflush(stderr);
+  std::atomic<bool> quit{false}, loaded{false};
+  std::thread signals([&] { watch_signals(http, quit, loaded, drain_timeout); });
+  std::thread front([&] { http.serve(); });
+  struct Join {  // a load error must not leave the threads running
+    server::HttpServer& http;
+    std::atomic<bool>& quit;
+    std::thread &signals, &front;
+    ~Join() {
+      quit = true;
+      if (front.joinable()) http.stop(), front.join();
+      if (signals.joinable()) signals.join();
+    }
+  } join{http, quit, signals, front};
+
   auto model = Model::load(a.str("-m"), load_options(a));
   std::fprintf(stderr, "gem4 serve: weights %s\n", model->packed_origin.c_str());
   const text::Tokenizer tokenizer = text::Tokenizer::from_gguf(*model->file);
@@ -162,21 +195,18 @@ int cmd_serve(int argc, char** argv, int first) {
   if (a.has("-md")) draft_model = Model::load(a.str("-md"), load_options(a));
   so.draft_models = {draft_model.get()};
 
-  server::Metrics metrics;
   server::Scheduler scheduler(*model, tokenizer, so, &metrics);
-  server::HttpServer http(scheduler, tokenizer, metrics, served, ho);
-  const int port = http.bind();
+  http.ready(scheduler, tokenizer, served);
+  loaded = true;
   std::fprintf(stderr,
                "gem4 serve: listening on http://%s:%d (model %s, %d slot(s) x %d tokens, ubatch %d, %d "
                "compute threads, "
-               "%d connection threads, speculation %s)\n",
+               "%d connection threads, speculation %s, max queue %d)\n",
                ho.host.c_str(), port, served.name.c_str(), so.slots, so.n_ctx, so.ubatch, so.threads,
-               ho.threads, so.spec.c_str());
+               ho.threads, so.spec.c_str(), so.max_queue);
   std::fflush(stderr);
 
-  std::atomic<bool> quit{false};
-  std::thread signals([&] { watch_signals(http, quit, drain_timeout); });
-  http.serve();
+  front.join();  // until a signal stops the server
   quit = true;
   signals.join();
   scheduler.stop();
