@@ -3,7 +3,8 @@
 # A no-op when everything is already present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev googletest libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev tmux nodejs)
+          libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev tmux nodejs
+          python3 python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

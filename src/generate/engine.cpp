@@ -103,14 +103,22 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt,
   seq.stats = SpecStats();
   if (seq.sampler && seq.penalize_prompt)
     for (int32_t t : prompt) seq.sampler->accept(t);
+  if (seq.constraint) seq.constraint->reset();  // the grammar applies to what is generated next
   return info;
 }
 
 int32_t Engine::choose(Sequence& seq, const float* logits) {
   const int V = out_.n_vocab;
-  if (!seq.sampler) return argmax_token(logits, V);
-  const int32_t t = seq.sampler->sample(logits, V);
-  seq.sampler->accept(t);
+  // A grammar masks the logits before the sampler chain and advances with the chosen token.
+  if (seq.constraint) logits = seq.constraint->apply(logits, V);
+  int32_t t;
+  if (!seq.sampler) {
+    t = argmax_token(logits, V);
+  } else {
+    t = seq.sampler->sample(logits, V);
+    seq.sampler->accept(t);
+  }
+  if (seq.constraint) seq.constraint->accept(t);
   return t;
 }
 
@@ -128,6 +136,7 @@ void Engine::keep(Sequence& seq, int n) {
   if (n >= int(seq.tokens.size())) return;
   if (n == 0) return clear(seq);
   // The first n - 1 tokens stay cached; token n - 1 becomes the unfed `last`.
+  if (seq.constraint) seq.constraint->rollback(int(seq.tokens.size()) - n);
   seq.tokens.resize(n);
   if (seq.n_cached > n - 1) {
     kv_.truncate(seq.id, n - 1);  // at most one step's accepted drafts: within the rings' spare cells
@@ -270,8 +279,13 @@ void Engine::accept_verify(Sequence& s, int first_row, int n, double draft_s, do
   const bool greedy = !sampler || sampler->params().temperature <= 0;
   int a = 0;
   int32_t next = -1;
+  // With a grammar every row is masked in the grammar state after the drafts accepted so far: a
+  // draft the grammar rejects has logit -inf, so it fails and the constrained choice replaces it
+  // (greedy output stays that of plain constrained decoding).
+  GrammarConstraint* constraint = s.constraint.get();
   for (; a < kd; ++a) {
     const float* row = out_.logits_of(first_row + a);
+    if (constraint) row = constraint->apply(row, V);
     const int32_t d = s.draft.tokens[a];
     if (!sampler) {
       const int32_t t = argmax_token(row, V);
@@ -279,6 +293,7 @@ void Engine::accept_verify(Sequence& s, int first_row, int n, double draft_s, do
         next = t;
         break;
       }
+      if (constraint) constraint->accept(d);
       continue;
     }
     const std::vector<TokenProb> p = sampler->distribution(row, V);
@@ -297,12 +312,15 @@ void Engine::accept_verify(Sequence& s, int first_row, int n, double draft_s, do
       break;
     }
     sampler->accept(d);
+    if (constraint) constraint->accept(d);
   }
   if (a == kd) {
-    next = sampler ? sampler->sample(out_.logits_of(first_row + kd), V)
-                   : argmax_token(out_.logits_of(first_row + kd), V);
+    const float* row = out_.logits_of(first_row + kd);
+    if (constraint) row = constraint->apply(row, V);
+    next = sampler ? sampler->sample(row, V) : argmax_token(row, V);
   }
   if (sampler) sampler->accept(next);
+  if (constraint) constraint->accept(next);
 
   kv_.truncate(s.id, n + a);
   s.n_cached = n + a;

@@ -68,6 +68,7 @@ GenerateResult run(Session& session, const text::Tokenizer* tokenizer, const Gen
   }
   seq.sample_after_prompt = true;
   seq.keep_hidden = false;
+  seq.constraint = req.constraint;
   std::optional<TextStream> stream;
   if (tokenizer) stream.emplace(*tokenizer, req.stop, req.special_text);
 

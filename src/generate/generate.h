@@ -8,11 +8,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "generate/constraint.h"
 #include "generate/sampler.h"
 #include "generate/session.h"
 #include "generate/speculative.h"
@@ -41,6 +43,8 @@ struct GenerateRequest {
   std::vector<int32_t> stop_ids;   // also end at these ids (emitted; for token-only runs)
   bool use_sampler = true;         // false: plain argmax, no sampler chain (benchmarks, tests)
   bool special_text = false;       // write CONTROL tokens out as text (<turn|>); USER_DEFINED always are
+  // A grammar the completion must follow (null: none); reset at the start of the request.
+  std::shared_ptr<GrammarConstraint> constraint;
 };
 
 enum class StopReason { Eog, StopString, Length, Cancelled };

@@ -7,10 +7,12 @@
 // or, while generating, the one token sampled last (`last`), which the next step feeds.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <vector>
 
+#include "generate/constraint.h"
 #include "generate/drafter.h"
 #include "generate/sampler.h"
 #include "generate/speculative.h"
@@ -33,6 +35,9 @@ class Sequence {
   // Whether the sampler's penalties also see the prompt: yes in gem4 run / chat (as llama.cpp's CLI),
   // no in the server (OpenAI's penalties count the completion's tokens).
   bool penalize_prompt = true;
+  // A grammar the generated tokens must follow (null: none). The engine masks the logits with it
+  // before the sampler chain and advances it with every emitted token (generate/constraint.h).
+  std::shared_ptr<GrammarConstraint> constraint;
 
   // Speculation: the drafter (owned by the front end; null for plain decoding), the draft length.
   void speculate(Drafter* drafter, const SpecOptions& opt, int max_ubatch);

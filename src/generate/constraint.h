@@ -1,0 +1,77 @@
+// A grammar constraint on one sequence's generated tokens (grammar/*.h): which tokens may come
+// next, applied to the logits before the sampler chain, and advanced with every accepted token.
+//
+// The mask of a state is computed once by one scan of the vocabulary trie (grammar/token_trie.h)
+// with the matcher, then cached under the state (its sorted stack ids), so a state met again costs
+// a hash lookup and the masking pass. End-of-generation tokens are allowed exactly when the grammar
+// may end; after one is accepted only end-of-generation tokens are.
+//
+// The engine (generate/engine.cpp) masks in choose() and in accept_verify() (a drafted token the
+// grammar rejects has logit -inf, so it is rejected and the constrained token replaces it), and
+// accepts each emitted token. Engine::keep() rolls back the tokens it drops; Engine::start() resets.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "generate/grammar/matcher.h"
+#include "generate/grammar/token_trie.h"
+
+namespace gem4::generate {
+
+struct ConstraintStats {
+  int64_t masks_computed = 0;  // trie scans
+  int64_t mask_hits = 0;       // masks found in the cache
+  double compute_s = 0;        // time in trie scans
+};
+
+class GrammarConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
+                    std::shared_ptr<const grammar::TokenTrie> vocab);
+
+  // Back to the grammar's start (the cache of masks is kept).
+  void reset();
+  // The tokens allowed now: bit t of word t / 64. Valid until the next call that changes the state.
+  const std::vector<uint64_t>& mask();
+  bool allows(int32_t token);
+  // `logits` (n_vocab values) with the tokens not allowed set to -infinity, in a buffer of the
+  // constraint's own (valid until the next apply()).
+  const float* apply(const float* logits, int n_vocab);
+  // Advances by an allowed token; throws std::logic_error naming the token otherwise.
+  void accept(int32_t token);
+  // Forgets the last n accepted tokens (at most those accepted since reset()).
+  void rollback(int n);
+  int accepted() const { return int(history_.size()) - 1; }
+  // The grammar may end here (an end-of-generation token is allowed).
+  bool can_end() const;
+  // Nothing but end of generation may follow (the grammar is complete, or an EOG was accepted).
+  bool done() const;
+
+  const ConstraintStats& stats() const { return stats_; }
+  const grammar::TokenTrie& vocab() const { return *vocab_; }
+
+ private:
+  struct State {
+    grammar::StackSet stacks;
+    bool ended = false;  // an end-of-generation token was accepted
+  };
+  struct Hash {
+    size_t operator()(const grammar::StackSet& s) const;
+  };
+  void compute(const grammar::StackSet& s, std::vector<uint64_t>& bits);
+
+  std::shared_ptr<const grammar::TokenTrie> vocab_;
+  grammar::Matcher matcher_;
+  std::vector<State> history_;  // [0]: the start; back(): now
+  std::unordered_map<grammar::StackSet, std::vector<uint64_t>, Hash> cache_;
+  size_t cache_limit_;                              // entries
+  const std::vector<uint64_t>* current_ = nullptr;  // mask of history_.back(), when known
+  std::vector<uint64_t> eog_only_;
+  std::vector<grammar::StackSet> level_;  // per trie depth, during a scan
+  std::vector<float> masked_;
+  ConstraintStats stats_;
+};
+
+}  // namespace gem4::generate
