@@ -110,6 +110,7 @@ int cmd_chat(int argc, char** argv, int first) {
   a.value("--session", "FILE", "save the conversation in FILE after each turn and resume it from there");
   declare_spec_flags(a);
   declare_sampling_flags(a);
+  declare_constraint_flags(a);
   declare_session_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
@@ -123,6 +124,7 @@ int cmd_chat(int argc, char** argv, int first) {
   const bool think = a.on("--think");
   generate::GenerateRequest req;
   req.sampling = sampling_params(a, *model->file);
+  req.constraint = constraint_from_flags(a, tokenizer);  // each reply follows it (reset per turn)
   apply_request_flags(a, req);
   ThreadPool pool(thread_count(a));
   const SessionOptions opt = session_options(a, *model);

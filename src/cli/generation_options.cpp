@@ -1,14 +1,17 @@
 #include "cli/generation_options.h"
 
-#include <algorithm>
-#include <cstdio>
-#include <random>
-
 #include <unistd.h>
 
-#include "text/chat_format.h"
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
 
 #include "cli/common.h"
+#include "generate/grammar/gbnf.h"
+#include "generate/grammar/json_schema.h"
+#include "text/chat_format.h"
 
 namespace gem4::cli {
 
@@ -36,7 +39,8 @@ std::unique_ptr<generate::PromptCacheDir> open_prompt_cache_at(const std::string
   return std::make_unique<generate::PromptCacheDir>(dir, key, max_bytes);
 }
 
-std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const Model& model, const KvCache& kv,
+std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const Model& model,
+                                                            const KvCache& kv,
                                                             const generate::PrefixStore* store) {
   if (!a.has("--prompt-cache")) return nullptr;
   if (!store) throw ArgError("--prompt-cache needs --cache-ram above 0 (the chunks go through memory)");
@@ -46,7 +50,8 @@ std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const
 }
 
 void declare_spec_flags(Args& a) {
-  a.value("--spec", "KINDS", "speculative decoding: none, mtp, draft, ngram or a combination (mtp,ngram)", "none");
+  a.value("--spec", "KINDS", "speculative decoding: none, mtp, draft, ngram or a combination (mtp,ngram)",
+          "none");
   a.value("-md,--model-draft", "FILE", "drafter: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
   a.value("--draft-max", "N", "most drafted tokens per round", "3");
   a.flag("--draft-adaptive", "tune the draft length from measured acceptance and step costs");
@@ -85,13 +90,16 @@ SessionOptions session_options(const Args& a, const Model& model) {
 }
 
 void declare_sampling_flags(Args& a) {
-  a.value("-n,--n-predict", "N", "tokens to generate at most (-1: until end of generation or a full context)", "-1");
+  a.value("-n,--n-predict", "N", "tokens to generate at most (-1: until end of generation or a full context)",
+          "-1");
   a.value("--temp", "T", "temperature (0: greedy)", "general.sampling.temp, else 1.0");
   a.value("--top-k", "K", "top-k (0: off)", "general.sampling.top_k, else 64");
   a.value("--top-p", "P", "top-p (1: off)", "general.sampling.top_p, else 0.95");
   a.value("--min-p", "P", "min-p (0: off)", "general.sampling.min_p, else 0");
-  a.value("--repeat-penalty", "X", "repetition penalty (1: off)", "general.sampling.penalty_repeat, else 1.0");
-  a.value("--repeat-last-n", "N", "penalty window in tokens (-1: all)", "general.sampling.penalty_last_n, else 64");
+  a.value("--repeat-penalty", "X", "repetition penalty (1: off)",
+          "general.sampling.penalty_repeat, else 1.0");
+  a.value("--repeat-last-n", "N", "penalty window in tokens (-1: all)",
+          "general.sampling.penalty_last_n, else 64");
   a.value("--presence-penalty", "X", "presence penalty", "0");
   a.value("--frequency-penalty", "X", "frequency penalty", "0");
   a.value("--seed", "N", "random seed", "random");
@@ -130,14 +138,63 @@ void apply_request_flags(const Args& a, generate::GenerateRequest& req) {
   req.stop_at_eog = !a.on("--ignore-eos");
 }
 
+void declare_constraint_flags(Args& a) {
+  a.value("--json-schema", "FILE|JSON",
+          "the output must be JSON valid under this JSON Schema (a file or inline)");
+  a.flag("--json-object", "the output must be a JSON object");
+  a.value("--grammar", "FILE",
+          "the output must match this GBNF grammar (llama.cpp's syntax, start rule root)");
+}
+
+namespace {
+std::string read_text_file(const std::string& flag, const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ArgError(flag + ": cannot read " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+std::shared_ptr<generate::GrammarConstraint> constraint_from_flags(const Args& a,
+                                                                   const text::Tokenizer& tokenizer) {
+  namespace gr = generate::grammar;
+  const int n = int(a.has("--json-schema")) + int(a.on("--json-object")) + int(a.has("--grammar"));
+  if (n == 0) return nullptr;
+  if (n > 1) throw ArgError("give only one of --json-schema, --json-object and --grammar");
+  std::string gbnf, flag;
+  try {
+    if (a.has("--json-schema")) {
+      flag = "--json-schema";
+      std::string v = a.str("--json-schema");
+      const size_t first = v.find_first_not_of(" \t\r\n");
+      if (first == std::string::npos || (v[first] != '{' && v[first] != '[' && v != "true"))
+        v = read_text_file(flag, v);
+      gbnf = gr::json_schema_to_gbnf(std::string_view(v));
+    } else if (a.on("--json-object")) {
+      flag = "--json-object";
+      gbnf = gr::json_object_gbnf();
+    } else {
+      flag = "--grammar";
+      gbnf = read_text_file(flag, a.str("--grammar"));
+    }
+    auto grammar = std::make_shared<gr::Grammar>(gr::parse_gbnf(gbnf));
+    return std::make_shared<generate::GrammarConstraint>(grammar, gr::TokenTrie::from_tokenizer(tokenizer));
+  } catch (const gr::SchemaError& e) {
+    throw ArgError(flag + ": " + e.what());
+  } catch (const gr::GrammarError& e) {
+    throw ArgError(flag + ": " + e.what());
+  }
+}
+
 std::string describe_sampling(const generate::SamplingParams& p) {
   char buf[256];
   std::string s;
   if (p.temperature <= 0) {
     s = "sampling: greedy";
   } else {
-    std::snprintf(buf, sizeof buf, "sampling: temp %.2f, top-k %d, top-p %.3f, min-p %.3f, seed %llu", p.temperature,
-                  p.top_k, p.top_p, p.min_p, (unsigned long long)p.seed);
+    std::snprintf(buf, sizeof buf, "sampling: temp %.2f, top-k %d, top-p %.3f, min-p %.3f, seed %llu",
+                  p.temperature, p.top_k, p.top_p, p.min_p, (unsigned long long)p.seed);
     s = buf;
   }
   if (p.repeat_penalty != 1.0f) {
@@ -145,15 +202,17 @@ std::string describe_sampling(const generate::SamplingParams& p) {
     s += buf;
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    std::snprintf(buf, sizeof buf, ", presence %.2f, frequency %.2f", p.presence_penalty, p.frequency_penalty);
+    std::snprintf(buf, sizeof buf, ", presence %.2f, frequency %.2f", p.presence_penalty,
+                  p.frequency_penalty);
     s += buf;
   }
   return s;
 }
 
-std::vector<int32_t> chat_prompt_tokens(const text::Tokenizer& tokenizer, const nlohmann::json& messages, bool think,
-                                        bool add_bos) {
-  const std::string bos_text = add_bos && tokenizer.bos() >= 0 ? std::string(tokenizer.token_text(tokenizer.bos())) : "";
+std::vector<int32_t> chat_prompt_tokens(const text::Tokenizer& tokenizer, const nlohmann::json& messages,
+                                        bool think, bool add_bos) {
+  const std::string bos_text =
+      add_bos && tokenizer.bos() >= 0 ? std::string(tokenizer.token_text(tokenizer.bos())) : "";
   // Replies kept from earlier turns hold tool-call arguments as JSON text; the template wants objects.
   const std::string prompt = text::render_chat(text::normalize_tool_call_arguments(messages), nullptr,
                                                /*add_generation_prompt=*/true, think, bos_text);
@@ -201,7 +260,8 @@ void ReplyPrinter::print(const text::OutputDelta& d) {
     }
     write_out(stdout, d.content);
     for (const auto& call : d.tool_calls)
-      write_out(stdout, "\n[tool call] " + call.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      write_out(stdout, "\n[tool call] " +
+                            call.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
 }
 

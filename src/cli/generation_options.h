@@ -4,11 +4,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "generate/drafter_factory.h"
@@ -28,7 +27,8 @@ void declare_session_flags(Args& a);
 SessionOptions session_options(const Args& a, const Model& model);
 // --prompt-cache DIR: the folder of prompt prefixes kept on disk for `kv`'s layout (null without the
 // flag). Needs a prefix store (--cache-ram > 0) to fill it. Throws naming the flag and folder.
-std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const Model& model, const KvCache& kv,
+std::unique_ptr<generate::PromptCacheDir> open_prompt_cache(const Args& a, const Model& model,
+                                                            const KvCache& kv,
                                                             const generate::PrefixStore* store);
 std::unique_ptr<generate::PromptCacheDir> open_prompt_cache_at(const std::string& dir, uint64_t max_bytes,
                                                                const Model& model, const KvCache& kv,
@@ -55,14 +55,21 @@ generate::SamplingParams sampling_params(const Args& a, const gguf::GgufFile& fi
 // -n, --stop and --ignore-eos applied to a request.
 void apply_request_flags(const Args& a, generate::GenerateRequest& req);
 
+// --json-schema FILE|JSON, --json-object, --grammar FILE: the grammar the output must follow.
+void declare_constraint_flags(Args& a);
+// The constraint these flags ask for (null without them). Throws ArgError naming the flag and, for a
+// schema, the schema path ("--json-schema: $.properties.age.minimum: must be a number").
+std::shared_ptr<generate::GrammarConstraint> constraint_from_flags(const Args& a,
+                                                                   const text::Tokenizer& tokenizer);
+
 // One line of sampling settings for stderr ("sampling: temp 1.00, top-k 64, ...").
 std::string describe_sampling(const generate::SamplingParams& p);
 
 // The prompt of a conversation as token ids: render_chat (with the generation prompt) starting with
 // the vocabulary's BOS text, or with none when !add_bos, tokenized with special tokens parsed and no
 // BOS added on top (the template already wrote it).
-std::vector<int32_t> chat_prompt_tokens(const text::Tokenizer& tokenizer, const nlohmann::json& messages, bool think,
-                                        bool add_bos);
+std::vector<int32_t> chat_prompt_tokens(const text::Tokenizer& tokenizer, const nlohmann::json& messages,
+                                        bool think, bool add_bos);
 
 // Prints a chat reply as it streams, split by the output parser: the answer goes to stdout; the
 // reasoning goes to stdout dimmed (ANSI faint) when stdout is a terminal, and to stderr otherwise, so

@@ -56,6 +56,7 @@ int cmd_run(int argc, char** argv, int first) {
   a.flag("--no-bos", "do not start the prompt with BOS");
   declare_spec_flags(a);
   declare_sampling_flags(a);
+  declare_constraint_flags(a);
   declare_session_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
@@ -86,6 +87,7 @@ int cmd_run(int argc, char** argv, int first) {
   }
   if (req.prompt.empty()) throw ArgError("run: the prompt is empty (give a text, or drop --no-bos)");
   req.sampling = sampling_params(a, *model->file);
+  req.constraint = constraint_from_flags(a, tokenizer);
   apply_request_flags(a, req);
 
   const SessionOptions opt = session_options(a, *model);
