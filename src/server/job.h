@@ -10,10 +10,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "generate/constraint.h"
 #include "generate/sampler.h"
 #include "text/output_parser.h"
 
@@ -34,6 +36,8 @@ struct GenerationRequest {
   std::string assistant_prefix;
   std::string tool_call_id_prefix = "call_";
   bool report_progress = false;  // emit prompt-progress events while the prompt is processed
+  // response_format json_object / json_schema: the grammar the completion follows (null: none).
+  std::shared_ptr<generate::GrammarConstraint> constraint;
 };
 
 struct Usage {

@@ -8,6 +8,8 @@
 #include <random>
 #include <set>
 
+#include "generate/grammar/gbnf.h"
+#include "generate/grammar/json_schema.h"
 #include "text/chat_format.h"
 
 namespace gem4::server {
@@ -466,8 +468,9 @@ ChatPrompt render_chat_prompt(const json& body) {
   if (const json* rf = opt(body, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", *rf, "an object");
     const std::string* type = get_string(*rf, "type", "response_format.");
-    if (type && *type != "text")
-      bad("response_format.type", "response_format '" + *type + "' is not supported (only 'text')",
+    if (type && *type != "text" && *type != "json_object" && *type != "json_schema")
+      bad("response_format.type",
+          "response_format '" + *type + "' is not supported (text, json_object or json_schema)",
           "unsupported_value");
   }
   if (auto lp = get_bool(body, "logprobs"); lp && *lp)
@@ -488,6 +491,47 @@ ChatPrompt render_chat_prompt(const json& body) {
   return out;
 }
 
+namespace {
+// response_format json_object / json_schema: the grammar the completion must follow (null for text).
+// A schema that cannot be compiled is a 400 naming the schema path. nlohmann::json keeps object keys
+// sorted, so properties are written in name order (not the order of the request).
+std::shared_ptr<generate::GrammarConstraint> response_format_constraint(const json& body,
+                                                                         const text::Tokenizer& tok) {
+  namespace gr = generate::grammar;
+  const json* rf = opt(body, "response_format");
+  if (!rf) return nullptr;
+  if (!rf->is_object()) wrong_type("response_format", *rf, "an object");
+  const std::string* type = get_string(*rf, "type", "response_format.");
+  if (!type || *type == "text") return nullptr;
+  std::string gbnf;
+  if (*type == "json_object") {
+    gbnf = gr::json_object_gbnf();
+  } else if (*type == "json_schema") {
+    const json* js = opt(*rf, "json_schema");
+    if (!js || !js->is_object())
+      bad("response_format.json_schema", "'response_format.json_schema' must be an object",
+          "missing_required_parameter");
+    const json* schema = opt(*js, "schema");
+    if (!schema) bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is required",
+                     "missing_required_parameter");
+    try {
+      gbnf = gr::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema->dump()));
+    } catch (const gr::SchemaError& e) {
+      throw ApiError(400, std::string("response_format.json_schema.schema: ") + e.what(),
+                     "response_format.json_schema.schema");
+    }
+  } else {
+    bad("response_format.type", "response_format '" + *type + "' is not supported", "unsupported_value");
+  }
+  try {
+    auto grammar = std::make_shared<gr::Grammar>(gr::parse_gbnf(gbnf));
+    return std::make_shared<generate::GrammarConstraint>(grammar, gr::TokenTrie::shared_for(tok));
+  } catch (const gr::GrammarError& e) {
+    throw ApiError(400, std::string("response_format: ") + e.what(), "response_format");
+  }
+}
+}  // namespace
+
 ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, const ServedModel& model) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_type");
   check_common(body);
@@ -501,6 +545,7 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
   r.gen.stop = parse_stop(body);
   parse_sampling(body, model, r.gen.sampling);
   set_limits(r, body, model, "messages", model.n_ctx);
+  r.gen.constraint = response_format_constraint(body, tok);
   return r;
 }
 
@@ -552,6 +597,7 @@ ApiRequest parse_completion_request(const json& body, const text::Tokenizer& tok
   r.gen.stop = parse_stop(body);
   parse_sampling(body, model, r.gen.sampling);
   set_limits(r, body, model, "prompt", 16);  // OpenAI's default max_tokens for completions
+  r.gen.constraint = response_format_constraint(body, tok);
   return r;
 }
 

@@ -224,6 +224,7 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
   s.parser.reset();
   try {
     s.seq.sampler.emplace(req.sampling);
+    s.seq.constraint = req.constraint;  // each slot its own grammar state (reset by start())
     s.seq.sample_after_prompt = true;
     s.seq.penalize_prompt = false;
     const generate::StartInfo info = engine_.start(s.seq, req.prompt, others);

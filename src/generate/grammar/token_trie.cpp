@@ -1,6 +1,8 @@
 #include "generate/grammar/token_trie.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 #include "text/tokenizer.h"
@@ -57,6 +59,24 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const text::Tokenizer
   for (int32_t i = 0; i < n; ++i)
     if (tok.is_normal(i) || tok.is_byte(i)) bytes[i] = tok.token_piece(i, false);
   return std::make_shared<TokenTrie>(n, bytes, tok.eog_ids());
+}
+
+}  // namespace gem4::generate::grammar
+
+namespace gem4::generate::grammar {
+
+std::shared_ptr<const TokenTrie> TokenTrie::shared_for(const text::Tokenizer& tok) {
+  static std::mutex mu;
+  static std::map<const text::Vocab*, std::shared_ptr<const TokenTrie>> built;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = built[&tok.vocab()];
+  // A vocabulary freed and another allocated at the same address must not get the old trie.
+  bool same = slot && slot->n_vocab() == tok.n_vocab();
+  for (int32_t i = 0; same && i < std::min(tok.n_vocab(), 256); ++i)
+    same = slot->bytes(i) ==
+           ((tok.is_normal(i) || tok.is_byte(i)) && !slot->is_eog(i) ? tok.token_piece(i, false) : "");
+  if (!same) slot = from_tokenizer(tok);
+  return slot;
 }
 
 }  // namespace gem4::generate::grammar

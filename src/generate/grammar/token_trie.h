@@ -31,6 +31,8 @@ class TokenTrie {
   TokenTrie(int n_vocab, const std::vector<std::string>& token_bytes, std::vector<int32_t> eog_ids);
   // From a tokenizer: pieces without special text, only normal and byte tokens.
   static std::shared_ptr<const TokenTrie> from_tokenizer(const text::Tokenizer& tok);
+  // The same, built once per vocabulary and shared (the server's requests; thread-safe).
+  static std::shared_ptr<const TokenTrie> shared_for(const text::Tokenizer& tok);
 
   int n_vocab() const { return n_vocab_; }
   const std::vector<Node>& nodes() const { return nodes_; }
