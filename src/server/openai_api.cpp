@@ -496,7 +496,7 @@ namespace {
 // A schema that cannot be compiled is a 400 naming the schema path. nlohmann::json keeps object keys
 // sorted, so properties are written in name order (not the order of the request).
 std::shared_ptr<generate::GrammarConstraint> response_format_constraint(const json& body,
-                                                                         const text::Tokenizer& tok) {
+                                                                        const text::Tokenizer& tok) {
   namespace gr = generate::grammar;
   const json* rf = opt(body, "response_format");
   if (!rf) return nullptr;
@@ -512,8 +512,9 @@ std::shared_ptr<generate::GrammarConstraint> response_format_constraint(const js
       bad("response_format.json_schema", "'response_format.json_schema' must be an object",
           "missing_required_parameter");
     const json* schema = opt(*js, "schema");
-    if (!schema) bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is required",
-                     "missing_required_parameter");
+    if (!schema)
+      bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is required",
+          "missing_required_parameter");
     try {
       gbnf = gr::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema->dump()));
     } catch (const gr::SchemaError& e) {
