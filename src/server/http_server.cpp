@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "server/web_assets.h"
 #include "text/detokenizer.h"
 
 namespace gem4::server {
@@ -93,6 +94,12 @@ void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status, error_json(e));
 }
 
+bool is_page(const std::string& path) {
+  for (const WebAsset& a : web_assets())
+    if (path == a.route) return true;
+  return false;
+}
+
 constexpr int kListenBacklog = 1024;  // the kernel caps it at net.core.somaxconn
 
 const std::set<std::string> kRoutes = {"/v1/chat/completions",
@@ -159,7 +166,9 @@ struct HttpServer::Impl {
     svr.set_write_timeout(30);
 
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      // /health and the chat page's files need no key (the page asks for one and sends it itself).
+      if (opt.api_key.empty() || req.path == "/health" || is_page(req.path))
+        return httplib::Server::HandlerResponse::Unhandled;
       std::string key = req.get_header_value("Authorization");
       if (key.rfind("Bearer ", 0) == 0)
         key = key.substr(7);
@@ -202,7 +211,7 @@ struct HttpServer::Impl {
       send_error(res, ApiError(500, what));
     });
     svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics->count_request(kRoutes.count(req.path) ? req.path : "other", res.status);
+      metrics->count_request(kRoutes.count(req.path) || is_page(req.path) ? req.path : "other", res.status);
     });
 
     // Every route but /health and /metrics needs the model: until it is loaded they answer 503.
@@ -227,6 +236,12 @@ struct HttpServer::Impl {
     svr.Post("/tokenize", guarded(&Impl::tokenize));
     svr.Post("/detokenize", guarded(&Impl::detokenize));
     svr.Post("/apply-template", guarded(&Impl::apply_template));
+    // The chat page; it loads while the model does and waits for /v1/models.
+    for (const WebAsset& a : web_assets())
+      svr.Get(a.route, [a](const httplib::Request&, httplib::Response& res) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_content(reinterpret_cast<const char*>(a.data), a.size, a.content_type);
+      });
   }
 
   // ---- simple routes ----

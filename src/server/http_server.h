@@ -7,6 +7,7 @@
 //   POST /tokenize {"content", "add_special"?, "parse_special"?, "with_pieces"?} -> {"tokens"}
 //   POST /detokenize {"tokens"} -> {"content"}
 //   POST /apply-template (a chat body) -> {"prompt"}: the rendered prompt
+//   GET  /  (and /chat.js, /chat.css): the chat page (server/web_assets.h)
 // With an API key every route except /health needs "Authorization: Bearer KEY".
 //
 // The server answers as soon as it is bound, before the model is loaded: until ready() GET /health
