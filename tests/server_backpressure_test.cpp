@@ -21,10 +21,6 @@ namespace {
 
 using namespace test;
 
-json user_message(const std::string& content) {
-  return json::array({{{"role", "user"}, {"content", content}}});
-}
-
 // The model path is a FIFO: opening it blocks until someone writes, so the server stays in
 // "loading" as long as the test wants.
 TEST(ServerTest, HealthSaysLoadingUntilReady) {

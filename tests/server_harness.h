@@ -334,6 +334,11 @@ inline StreamResult stream_chat(int port, const std::string& path, json body, do
   return s;
 }
 
+// The messages of a one-turn chat.
+inline json user_message(const std::string& content) {
+  return json::array({{{"role", "user"}, {"content", content}}});
+}
+
 // The value of an unlabelled sample ("name value") of a Prometheus text body; NaN when absent.
 inline double prometheus_value(const std::string& body, const std::string& name) {
   std::istringstream in(body);
