@@ -155,5 +155,29 @@ TEST(ServerTest, ReplicasBehindNginx) {
   EXPECT_TRUE(after.done) << after.error;
 }
 
+// scripts/load_test.sh: wrk for 1 s against one replica, then against two behind nginx.
+TEST(ServerTest, LoadTestWithWrk) {
+  const std::string out_path = "/tmp/gem4_load_test_" + std::to_string(getpid()) + ".log";
+  const std::string cmd = "timeout 120 bash " + std::string(GEM4_SOURCE_DIR) +
+                          "/scripts/load_test.sh --gem4 " + GEM4_BINARY + " --model " + tiny_model() +
+                          " --duration 1 --connections 4 >" + out_path + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string out = read_file(out_path);
+  std::remove(out_path.c_str());
+  ASSERT_EQ(rc, 0) << out;
+  int phases = 0;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("load: ", 0) != 0) continue;
+    const json j = json::parse(line.substr(line.find('{')), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << line;
+    EXPECT_GT(j["requests"].get<int>(), 0) << line;
+    for (const char* k : {"connect_errors", "read_errors", "write_errors", "timeouts", "non_2xx"})
+      EXPECT_EQ(j[k], 0) << k << ": " << line;
+    phases++;
+  }
+  EXPECT_EQ(phases, 2) << out;
+}
+
 }  // namespace
 }  // namespace gem4
