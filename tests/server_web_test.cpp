@@ -40,7 +40,9 @@ TEST(ServerTest, ChatPageInHeadlessChromium) {
   const std::string dir = npm_package_dir("node-selenium", "selenium-webdriver");
   ASSERT_TRUE(exists(dir + "/node_modules/selenium-webdriver/package.json"));
 
-  ServerProcess srv({"-m", tiny_model(), "-t", "1", "--parallel", "2"});
+  // A long context so that the reply the test stops runs for seconds, not the 0.4 s that 400 tokens
+  // of the tiny model take (a slow click came after its end).
+  ServerProcess srv({"-m", tiny_model(), "-t", "1", "--parallel", "2", "--ctx", "8192"});
   ASSERT_TRUE(srv.ok());
   // As in ThinkingSwitchAndReasoningContent: force "<|channel>" first and ban its end and the end
   // markers, so the tiny model writes reasoning.

@@ -117,7 +117,7 @@ async function main() {
     // Stop: a long answer (end-of-turn tokens banned) stopped after its first chunk.
     await driver.findElement(By.id('clear')).click();
     await setValue('think', false);
-    await setValue('max-tokens', '400');
+    await setValue('max-tokens', '8000');
     await setValue('extra', JSON.stringify({ logit_bias: { 1: -100, 6: -100, 14: -100 } }));
     await driver.findElement(By.id('input')).sendKeys('Write a psalm about the sea.', Key.ENTER);
     await driver.wait(async () => {
