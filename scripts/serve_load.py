@@ -6,20 +6,29 @@
   system  a long shared system prompt followed by different user turns: time to first token and
           cached_tokens of the first request, of later ones after the sliding window moved past the
           prefix (a long reply in between), and after a restart with the same --prompt-cache.
+  replicas  scripts/replicas.sh with N replicas behind nginx, once per policy (affinity, then
+          round-robin): C conversations (each its own user and ~250-token history) x T turns, K clients
+          at a time, streaming; every stream must complete. Prints the share of prompt tokens served
+          from cache per policy and their ratio. Then (--kill) an affinity run in which one replica is
+          killed mid-run: no request that had not started streaming may fail.
 
 Examples:
   scripts/serve_load.py spec   -m e2b.gguf --spec ngram --requests 6 --max-tokens 128
   scripts/serve_load.py system -m e2b.gguf --system-tokens 2000 --turns 4
+  scripts/serve_load.py replicas -m tiny-gemma4-f32.gguf --text valid.txt --conversations 33 --clients 4
 """
 import argparse
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -161,9 +170,184 @@ def cmd_system(a):
     print(f"  worst later TTFT: {worst / first_ttft * 100:.1f} % of the first")
 
 
+class Replicas:
+    """scripts/replicas.sh in the background; knows the replicas' pids."""
+
+    def __init__(self, a, policy):
+        self.port = free_port()
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicas.sh")
+        cmd = ["bash", script, "--model", a.model, "--replicas", str(a.replicas), "--port", str(self.port),
+               "--policy", policy, "--gem4", a.binary, "--", "-t", "1", "--parallel", str(a.parallel),
+               "--cache-ram", str(a.cache_ram)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.pids, self.ports, self.log = [], [], []
+        for line in self.proc.stdout:
+            self.log.append(line)
+            m = re.match(r"replicas: replica \d+ pid (\d+) on http://127.0.0.1:(\d+)", line)
+            if m:
+                self.pids.append(int(m.group(1)))
+                self.ports.append(int(m.group(2)))
+            if line.startswith("replicas: ready"):
+                break
+        else:
+            raise SystemExit("replicas.sh did not start:\n" + "".join(self.log))
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stdout], daemon=True).start()
+
+    def store_mib(self):
+        """Each live replica's prefix store size (MiB)."""
+        out = []
+        for port in self.ports:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+                m = re.search(r"^gem4_prefix_store_bytes (\S+)", text, re.M)
+                out.append(float(m.group(1)) / 2**20 if m else 0.0)
+            except Exception:
+                out.append(None)
+        return out
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+
+def chat_stream(port, body):
+    """One streamed chat request. Returns (text, usage, started, error): started tells whether the
+    response had begun (status and headers received) before an error; until then a proxy may retry
+    the request elsewhere, after it no one can."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 data=json.dumps(dict(body, stream=True, stream_options={"include_usage": True})).encode(),
+                                 headers={"Content-Type": "application/json"})
+    text, usage, started, done = [], None, False, False
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            started = True
+            for raw in r:
+                line = raw.decode().strip()
+                if line == "data: [DONE]":
+                    done = True
+                    continue
+                if not line.startswith("data: "):
+                    continue
+                c = json.loads(line[6:])
+                if c.get("usage"):
+                    usage = c["usage"]
+                if c.get("choices"):
+                    piece = c["choices"][0].get("delta", {}).get("content")
+                    if piece:
+                        text.append(piece)
+    except Exception as e:  # connection reset by a killed replica, HTTP errors
+        return "".join(text), usage, started, f"{type(e).__name__}: {e}"
+    if not done or usage is None:
+        return "".join(text), usage, started, "stream ended without [DONE] and usage"
+    return "".join(text), usage, started, None
+
+
+def run_conversations(a, port, on_progress=None):
+    """C conversations x T turns, K clients at a time. Returns per-request records."""
+    words = open(a.text).read().split()
+    rng = random.Random(7)
+    convs = []
+    for c in range(a.conversations):
+        start = rng.randrange(0, len(words) - a.history_words)
+        convs.append((f"user-{c:03d}", " ".join(words[start:start + a.history_words])))
+    records, lock, todo = [], threading.Lock(), list(range(len(convs)))
+
+    def client():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                c = todo.pop(0)
+            user, history = convs[c]
+            messages = [{"role": "user", "content": history}]
+            for turn in range(a.turns):
+                body = {"user": user, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0}
+                text, usage, started, err = chat_stream(port, body)
+                with lock:
+                    records.append({"user": user, "turn": turn, "usage": usage, "started": started, "error": err,
+                                    "content": bool(text)})
+                    n = len(records)
+                if on_progress:
+                    on_progress(n)
+                if err:
+                    text = text or "(lost)"
+                messages = messages + [{"role": "assistant", "content": text},
+                                       {"role": "user", "content": f"And then, in verse {turn + 2}?"}]
+
+    threads = [threading.Thread(target=client) for _ in range(a.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records
+
+
+def cache_share(records):
+    ok = [r for r in records if not r["error"]]
+    prompt = sum(r["usage"]["prompt_tokens"] for r in ok)
+    cached = sum(r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in ok)
+    return cached / max(prompt, 1), cached, prompt
+
+
+def cmd_replicas(a):
+    n_req = a.conversations * a.turns
+    print(f"{a.replicas} replicas behind nginx, {a.conversations} conversations x {a.turns} turns "
+          f"(~{a.history_words}-word histories, own user each), {a.clients} clients at a time, streaming, "
+          f"{a.max_tokens}-token replies, each replica --parallel {a.parallel} --cache-ram {a.cache_ram}")
+    shares, failed = {"affinity": [], "round-robin": []}, 0
+    for policy in ["affinity", "round-robin"] * a.repeat:
+        reps = Replicas(a, policy)
+        t0 = time.time()
+        records = run_conversations(a, reps.port)
+        dt = time.time() - t0
+        stores = reps.store_mib()
+        reps.stop()
+        errors = [r for r in records if r["error"]]
+        failed += len(errors)
+        share, cached, prompt = cache_share(records)
+        shares[policy].append(share)
+        print(f"  {policy:11s}: {len(records)}/{n_req} requests, {len(errors)} errors, {dt:6.1f} s, "
+              f"prompt tokens from cache {cached}/{prompt} = {share * 100:5.1f} %, prefix stores "
+              + ", ".join(f"{m:.1f}" for m in stores if m is not None) + " MiB")
+        for r in errors[:5]:
+            print(f"    error: {r['user']} turn {r['turn']}: {r['error']}")
+        for turn in range(a.turns):
+            tshare, tcached, tprompt = cache_share([r for r in records if r["turn"] == turn])
+            print(f"    turn {turn + 1}: {tcached}/{tprompt} = {tshare * 100:5.1f} %")
+    mean = {k: sum(v) / len(v) for k, v in shares.items()}
+    ratio = mean["affinity"] / max(mean["round-robin"], 1e-9)
+    print(f"  mean cache share over {a.repeat} run(s): affinity {mean['affinity'] * 100:.1f} %, round-robin "
+          f"{mean['round-robin'] * 100:.1f} %; ratio {ratio:.2f}x")
+    ok = failed == 0 and ratio >= 1.5
+    if a.kill:
+        reps = Replicas(a, "affinity")
+        killed = []
+
+        def progress(n):
+            if n == n_req // 3 and not killed:
+                killed.append(reps.pids[0])
+                os.kill(reps.pids[0], signal.SIGKILL)
+
+        records = run_conversations(a, reps.port, progress)
+        reps.stop()
+        before = [r for r in records if r["error"] and not r["started"]]
+        during = [r for r in records if r["error"] and r["started"]]
+        print(f"  kill run (affinity, replica pid {killed[0] if killed else '-'} SIGKILLed after {n_req // 3} "
+              f"requests): {len(records)} requests, {len(before)} failed before the response began, {len(during)} "
+              f"cut after it began")
+        for r in before[:5]:
+            print(f"    lost: {r['user']} turn {r['turn']}: {r['error']}")
+        for r in during[:5]:
+            print(f"    cut: {r['user']} turn {r['turn']} ({'after' if r['content'] else 'before'} its first "
+                  f"content chunk): {r['error']}")
+        ok = ok and not before and bool(killed)
+    print("  PASS" if ok else "  FAIL")
+    return 0 if ok else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["spec", "system"])
+    p.add_argument("what", choices=["spec", "system", "replicas"])
     p.add_argument("-m", "--model", required=True)
     p.add_argument("-md", "--model-draft")
     p.add_argument("--binary", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin", "gem4"))
@@ -176,8 +360,19 @@ def main():
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--reply-tokens", type=int, default=1200)
     p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--text", help="replicas: a text file the conversation histories are cut from")
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--parallel", type=int, default=2, help="replicas: --parallel of each replica")
+    p.add_argument("--cache-ram", type=int, default=256, help="replicas: each replica's --cache-ram MiB")
+    p.add_argument("--conversations", type=int, default=33)
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--history-words", type=int, default=190, help="replicas: ~250 tokens of KJV text")
+    p.add_argument("--repeat", type=int, default=1, help="replicas: runs per policy (alternating), averaged")
+    p.add_argument("--kill", action="store_true", help="replicas: also a run that kills a replica mid-run")
     a = p.parse_args()
-    {"spec": cmd_spec, "system": cmd_system}[a.what](a)
+    if a.what == "replicas" and not a.text:
+        p.error("replicas needs --text FILE")
+    return {"spec": cmd_spec, "system": cmd_system, "replicas": cmd_replicas}[a.what](a)
 
 
 if __name__ == "__main__":
