@@ -1,0 +1,36 @@
+#include "media/encoder_matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "gguf/ggml_types.h"
+#include "kernels/thread_pool.h"
+
+namespace gem4::media {
+
+void encoder_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                    ThreadPool* pool) {
+  const int64_t slice = std::max<int64_t>(kEncoderSlice, ggml_block_elems(w.type));
+  if (w.in <= slice || rows <= 0) return matmul(w, x, rows, ldx, y, ldy, pool);
+  std::vector<float> part(size_t(rows) * size_t(w.out));
+  for (int64_t k0 = 0; k0 < w.in; k0 += slice) {
+    MatrixView v = w;
+    v.data = static_cast<const uint8_t*>(w.data) + ggml_row_bytes(w.type, k0);
+    v.in = std::min(slice, w.in - k0);
+    v.packed = nullptr;  // a packed copy covers whole rows only
+    if (k0 == 0) {
+      matmul(v, x, rows, ldx, y, ldy, pool);
+      continue;
+    }
+    matmul(v, x + k0, rows, ldx, part.data(), w.out, pool);
+    parallel_for(pool, rows, 8, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* dst = y + r * ldy;
+        const float* src = part.data() + r * w.out;
+        for (int64_t o = 0; o < w.out; ++o) dst[o] += src[o];
+      }
+    });
+  }
+}
+
+}  // namespace gem4::media

@@ -1,0 +1,30 @@
+// The matrix product of the projector towers: kernels::matmul over slices of the reduction.
+//
+// Why not one kernels::matmul call: the kernels' f32 path keeps one FMA chain per output over the whole
+// reduction, whose rounding drifts with its length, while ggml's f32 dot products keep 64 partial sums
+// (4 x 16 lanes). The towers are sensitive to that difference: gelu_quick reads an fp16 table and the
+// clamp scalars cut values, so a last-bit difference in a gate sometimes moves a value to the next fp16
+// step, and on the reference projector a single chain left the embeddings 1.2e-4 from llama.cpp's
+// (the patch convolution, a 768-long reduction, most of it). Summing 32-long slices (ggml's accuracy, to
+// within its own rounding) gives 3e-5. Each slice is one kernels::matmul call (the kernel sets' GEMMs),
+// so the cost is the same multiply-adds plus one pass over the output per slice.
+#pragma once
+#include <cstdint>
+
+#include "kernels/matmul.h"
+
+namespace gem4 {
+class ThreadPool;
+}
+
+namespace gem4::media {
+
+// Reduction slice length (a multiple of every 32-element quantized block; K-quants use their 256).
+inline constexpr int64_t kEncoderSlice = 32;
+
+// y[r, o] = sum_i W[o, i] x[r, i] for r < rows (the layout of kernels::matmul), as a sum of slice
+// products taken in order. y must not overlap x.
+void encoder_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                    ThreadPool* pool);
+
+}  // namespace gem4::media
