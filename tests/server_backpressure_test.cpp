@@ -1,7 +1,9 @@
 // `gem4 serve` under more load than it takes: the bounded queue (--max-queue, 429 + Retry-After),
 // its metrics, and /health while the model loads and after.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +150,61 @@ TEST(ServerTest, QueueFullGets429) {
   EXPECT_GT(prometheus_value(m.body, "gem4_queue_wait_seconds_sum"), 0) << m.body;
   EXPECT_EQ(prometheus_value(m.body, "gem4_queue_capacity"), 8);
   EXPECT_EQ(prometheus_value(m.body, "gem4_ready"), 1);
+  EXPECT_EQ(srv.stop(), 0);
+}
+
+// A stream that waits for a slot gets no response until its job starts: a replica that dies while
+// the request is queued closes the connection without answering, so nginx retries it elsewhere
+// (deploy/nginx: proxy_next_upstream error ... non_idempotent).
+TEST(ServerTest, QueuedStreamAnswersOnlyOnceItStarts) {
+  ServerProcess srv({"-m", tiny_model(), "-t", "1", "--parallel", "1", "--ctx", "4096"});
+  ASSERT_TRUE(srv.ok()) << srv.log();
+  std::atomic<bool> a_started{false}, release_a{false};
+  std::thread a([&] {
+    json body = {{"messages", user_message("In the beginning")},
+                 {"max_tokens", 3000},
+                 {"temperature", 0},
+                 {"logit_bias", {{"1", -100}, {"106", -100}}},
+                 {"stream", true}};
+    http(srv.port(), "POST", "/v1/chat/completions", body.dump(), {}, 120, [&](const std::string&) {
+      a_started = true;
+      return !release_a.load();  // hang up once released: the server cancels A and frees the slot
+    });
+  });
+  const auto t0 = Clock::now();
+  while (!a_started && seconds_since(t0) < 60) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(a_started) << srv.log();
+
+  const int fd = connect_loopback(srv.port());
+  ASSERT_GE(fd, 0);
+  const std::string body = json{
+      {"messages", user_message("And God said")},
+      {"max_tokens", 4},
+      {"temperature", 0},
+      {"stream", true}}.dump();
+  const std::string req =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 700), 0) << "a queued stream must not answer before it has a slot";
+
+  release_a = true;
+  std::string raw;
+  char buf[4096];
+  const auto t1 = Clock::now();
+  while (seconds_since(t1) < 60) {
+    pollfd q{fd, POLLIN, 0};
+    if (poll(&q, 1, 200) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, size_t(n));
+  }
+  close(fd);
+  a.join();
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw.substr(0, 200);
+  EXPECT_NE(raw.find("[DONE]"), std::string::npos) << raw;
   EXPECT_EQ(srv.stop(), 0);
 }
 

@@ -406,6 +406,19 @@ struct HttpServer::Impl {
 
   void stream(httplib::Response& res, std::shared_ptr<Job> job, bool is_chat, bool include_usage,
               const std::string& id, int64_t created, int fd) {
+    // The response (status and headers) starts with the job's first event (prompt progress or the
+    // first token), not when the request is queued: a replica that dies while the request waits for
+    // a slot closes the connection before answering, so a proxy in front retries it elsewhere.
+    while (!job->wait_for_event(std::chrono::milliseconds(50))) {
+      if (peer_closed(fd) || stopping) {
+        job->cancel();
+        in_flight--;
+        if (stopping)
+          throw ApiError(503, "the server is shutting down", "", "shutting_down", "unavailable_error");
+        res.status = 499;
+        return;
+      }
+    }
     auto st = std::make_shared<StreamState>();
     st->job = std::move(job);
     st->chat = is_chat;

@@ -27,6 +27,11 @@ std::vector<GenerationEvent> Job::take(std::chrono::milliseconds timeout) {
   return out;
 }
 
+bool Job::wait_for_event(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+}
+
 void Job::push(GenerationEvent e) {
   {
     std::lock_guard<std::mutex> lock(mu_);

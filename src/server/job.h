@@ -73,6 +73,8 @@ class Job {
   void cancel() { cancelled_.store(true); }
   // Waits up to `timeout` for events and takes all of them (empty on timeout).
   std::vector<GenerationEvent> take(std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the first event, taking nothing; true once one is there.
+  bool wait_for_event(std::chrono::milliseconds timeout);
 
   // Engine side.
   bool cancelled() const { return cancelled_.load(); }
