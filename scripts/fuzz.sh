@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (and the writer, via round trips) with libFuzzer + ASan + UBSan.
+# Fuzzes the GGUF reader (and the writer, via round trips) and the WAV reader (with the 16 kHz
+# conversion and the log-mel) with libFuzzer + ASan + UBSan; SECONDS are shared, 3/4 GGUF, 1/4 WAV.
 # Usage: scripts/fuzz.sh BUILD_DIR SECONDS
-# Exits non-zero when the fuzzer finds a crash, leak, timeout or out-of-memory; the input that caused
-# it is left in BUILD_DIR/gguf_artifacts/. The corpus in BUILD_DIR/gguf_corpus grows across runs.
+# Exits non-zero when a fuzzer finds a crash, leak, timeout or out-of-memory; the input that caused
+# it is left in BUILD_DIR/gguf_artifacts/ (wav_artifacts/). The corpora in BUILD_DIR/gguf_corpus and
+# BUILD_DIR/wav_corpus grow across runs.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -13,6 +15,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 build=$(cd "$1" && pwd)
 seconds=$2
+wav_seconds=$(( seconds / 4 > 0 ? seconds / 4 : 1 ))
+gguf_seconds=$(( seconds - wav_seconds > 0 ? seconds - wav_seconds : 1 ))
 cxx=${FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
 if [ -z "$cxx" ]; then
   echo "fuzz.sh: clang++ not found (libFuzzer needs clang; run scripts/install-deps.sh)" >&2
@@ -24,6 +28,10 @@ echo "fuzz.sh: building $build/gguf_fuzz with $cxx"
 "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -fno-omit-frame-pointer -Isrc src/gguf/*.cpp tests/fuzz/gguf_fuzz.cpp -o "$build/gguf_fuzz"
 "$cxx" -std=c++20 -g -O1 -Isrc src/gguf/*.cpp tests/fuzz/gguf_seeds.cpp -o "$build/gguf_seeds"
+wav_sources=(src/media/audio_wav.cpp src/media/audio_resample.cpp src/media/audio_mel.cpp)
+"$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -fno-omit-frame-pointer -Isrc "${wav_sources[@]}" tests/fuzz/wav_fuzz.cpp -o "$build/wav_fuzz"
+"$cxx" -std=c++20 -g -O1 tests/fuzz/wav_seeds.cpp -o "$build/wav_seeds"
 
 seeds="$build/gguf_seeds_dir"
 corpus="$build/gguf_corpus"
@@ -42,13 +50,32 @@ if [ -f "$testdata/llamacpp-ref/gemma4-tiny-assistant-f32.gguf" ]; then
   cp "$testdata/llamacpp-ref/gemma4-tiny-assistant-f32.gguf" "$seeds/"
 fi
 
-echo "fuzz.sh: fuzzing for ${seconds}s"
+echo "fuzz.sh: fuzzing the GGUF reader for ${gguf_seconds}s"
 status=0
-"$build/gguf_fuzz" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+"$build/gguf_fuzz" -max_total_time="$gguf_seconds" -max_len=1048576 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
   -timeout=20 -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" "$seeds" || status=$?
 if [ $status -ne 0 ]; then
   echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $artifacts:" >&2
   ls -l "$artifacts" >&2 || true
+  exit 1
+fi
+
+wav_seeds="$build/wav_seeds_dir"
+wav_corpus="$build/wav_corpus"
+wav_artifacts="$build/wav_artifacts"
+rm -rf "$wav_seeds"
+mkdir -p "$wav_seeds" "$wav_corpus" "$wav_artifacts"
+real_wavs=()
+for f in "$testdata/mtmd-ref/inputs/"*.wav; do
+  [ -f "$f" ] && real_wavs+=("$f")
+done
+"$build/wav_seeds" "$wav_seeds" "${real_wavs[@]}"
+echo "fuzz.sh: fuzzing the WAV reader for ${wav_seconds}s"
+"$build/wav_fuzz" -max_total_time="$wav_seconds" -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+  -timeout=20 -print_final_stats=1 -artifact_prefix="$wav_artifacts/" "$wav_corpus" "$wav_seeds" || status=$?
+if [ $status -ne 0 ]; then
+  echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $wav_artifacts:" >&2
+  ls -l "$wav_artifacts" >&2 || true
   exit 1
 fi
 echo "fuzz.sh: no findings"
