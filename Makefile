@@ -5,7 +5,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := -G Ninja
 
-.PHONY: all deps configure build run test test-fast test-asan fuzz bench clean
+.PHONY: all deps configure build run test test-fast test-asan test-arm64 fuzz bench clean
 
 all: build
 
@@ -29,6 +29,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
 	$(MAKE) test-asan
 	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-20}
+	$(MAKE) test-arm64
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
@@ -41,6 +42,12 @@ test-asan: $(ASAN_BUILD)/build.ninja
 	GEM4_PACK_CACHE=off GEM4_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(ASAN_BUILD)/bin/gem4_tests --gtest_filter='-*Slow*' --gtest_brief=1
 
+# AArch64: cross-built, the kernel and tiny-model fidelity tests and `gem4 run` under qemu-user
+# (scripts/test_arm64.sh), the text compared with this machine's binary.
+ARM64_BUILD ?= build-arm64
+test-arm64: build
+	bash scripts/test_arm64.sh $(ARM64_BUILD) $(BUILD)/bin/gem4
+
 FUZZ_SECONDS ?= 60
 fuzz: | deps
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
@@ -49,4 +56,4 @@ bench: build
 	$(BUILD)/bin/gem4 bench -r 3
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(ARM64_BUILD)

@@ -14,6 +14,9 @@ void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType
 void weighted_value_sum_avx2(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
                              int64_t v_col, int64_t nk, int width, float* out,
                              int64_t ldo);  // attention_ops_avx2.cpp (Avx2 and AvxVnni)
+void weighted_value_sum_neon(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
+                             int64_t v_col, int64_t nk, int width, float* out,
+                             int64_t ldo);  // attention_ops_neon.cpp (every AArch64 set)
 
 namespace {
 
@@ -50,12 +53,19 @@ void weighted_value_sum(const float* p, int64_t ldp, int n_rows, GgmlType type, 
   if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
     throw std::logic_error("weighted_value_sum: value rows must be F32, F16 or BF16");
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       return weighted_value_sum_avx512(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
     case Isa::Avx2:
     case Isa::AvxVnni:
       return weighted_value_sum_avx2(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return weighted_value_sum_neon(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+#endif
+    default:
       break;
   }
   weighted_value_sum_reference(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);

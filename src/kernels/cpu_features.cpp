@@ -1,6 +1,8 @@
 // CPU feature detection with cpuid. A feature counts only if the OS also saves the register state it
 // needs (XCR0 via xgetbv): AVX needs the SSE and AVX halves, AVX-512 additionally the opmask and upper
 // ZMM state. A hypervisor can hide AVX-512 state even when cpuid reports the instructions.
+// On AArch64 the kernel says what the CPU has: getauxval(AT_HWCAP/AT_HWCAP2) on Linux, sysctlbyname
+// on macOS (where every Apple CPU has Advanced SIMD and dotprod, M2 and later i8mm).
 #include "kernels/cpu_features.h"
 
 #include <atomic>
@@ -11,6 +13,12 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define GEM4_X86 1
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#define GEM4_ARM64_LINUX 1
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#define GEM4_ARM64_APPLE 1
 #endif
 
 namespace gem4 {
@@ -61,42 +69,101 @@ CpuFeatures detect() {
   }
   return f;
 }
+#elif GEM4_ARM64_LINUX
+CpuFeatures detect() {
+  // The bits of <asm/hwcap.h>, spelled out so that an older libc's headers do not drop them.
+  constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapAsimddp = 1ul << 20;
+  constexpr unsigned long kHwcap2I8mm = 1ul << 13;
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  CpuFeatures f;
+  f.asimd = (hw & kHwcapAsimd) != 0;
+  f.dotprod = f.asimd && (hw & kHwcapAsimddp) != 0;
+  f.i8mm = f.asimd && (hw2 & kHwcap2I8mm) != 0;
+  return f;
+}
+#elif GEM4_ARM64_APPLE
+bool sysctl_flag(const char* name) {
+  int v = 0;
+  size_t len = sizeof v;
+  return sysctlbyname(name, &v, &len, nullptr, 0) == 0 && v != 0;
+}
+CpuFeatures detect() {
+  CpuFeatures f;
+  f.asimd = true;  // every AArch64 CPU Apple ships
+  f.dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
+  f.i8mm = sysctl_flag("hw.optional.arm.FEAT_I8MM");
+  return f;
+}
 #else
-CpuFeatures detect() { return CpuFeatures{}; }
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__aarch64__)
+  f.asimd = true;  // Advanced SIMD is part of the AArch64 base; the extensions are not known here
+#endif
+  return f;
+}
 #endif
 
 Isa best_supported(const CpuFeatures& f) {
+#if defined(__aarch64__)
+  if (f.asimd && f.dotprod && f.i8mm) return Isa::NeonI8mm;
+  if (f.asimd && f.dotprod) return Isa::NeonDotprod;
+  if (f.asimd) return Isa::Neon;
+#else
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c)
     return Isa::Avx512;
   if (f.avx2 && f.fma && f.f16c && f.avxvnni) return Isa::AvxVnni;
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+#endif
   return Isa::Scalar;
 }
 
 // Whether the CPU has what set `isa` needs. The sets are nested except AvxVnni and Avx512: a CPU with
 // AVX-512 VNNI but without AVX-VNNI (Ice Lake, Sapphire Rapids without it, Zen 4 has both) can run
-// Avx512 but not AvxVnni.
+// Avx512 but not AvxVnni. Each architecture's sets exist only in its own build (the other's kernel
+// files are not compiled), so they are never supported there.
 bool supports(const CpuFeatures& f, Isa isa) {
-  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  [[maybe_unused]] const bool avx2 = f.avx2 && f.fma && f.f16c;
   switch (isa) {
     case Isa::Scalar:
       return true;
+#if defined(__aarch64__)
+    case Isa::Neon:
+      return f.asimd;
+    case Isa::NeonDotprod:
+      return f.asimd && f.dotprod;
+    case Isa::NeonI8mm:
+      return f.asimd && f.dotprod && f.i8mm;
+#else
     case Isa::Avx2:
       return avx2;
     case Isa::AvxVnni:
       return avx2 && f.avxvnni;
     case Isa::Avx512:
       return best_supported(f) == Isa::Avx512;
+#endif
+    default:
+      return false;
   }
-  return false;
 }
+
+// The first set of `isa`'s family (x86-64 or AArch64): clamping goes down within the family, then to
+// Scalar.
+int family_first(Isa isa) { return isa >= Isa::Neon ? static_cast<int>(Isa::Neon) : 1; }
 
 // The widest supported set not above `wanted`.
 Isa clamp_to_cpu(Isa wanted, const CpuFeatures& f) {
-  for (int i = static_cast<int>(wanted); i > 0; --i) {
+  for (int i = static_cast<int>(wanted); i >= family_first(wanted) && i > 0; --i) {
     if (supports(f, static_cast<Isa>(i))) return static_cast<Isa>(i);
   }
   return Isa::Scalar;
+}
+
+// "scalar, avx2, avxvnni, avx512": the names GEM4_ISA takes in this build.
+std::string isa_names() {
+  std::string s;
+  for (Isa isa : kAllIsas) s += std::string(s.empty() ? "" : ", ") + isa_name(isa);
+  return s;
 }
 
 // The ISA named by GEM4_ISA, or the CPU's best when unset; never one the CPU cannot run. A value that
@@ -113,7 +180,7 @@ Isa from_environment(Isa best) {
     }
     return got;
   }
-  std::fprintf(stderr, "gem4: GEM4_ISA=%s is not one of scalar, avx2, avxvnni, avx512; using %s\n", env,
+  std::fprintf(stderr, "gem4: GEM4_ISA=%s is not one of %s; using %s\n", env, isa_names().c_str(),
                isa_name(best));
   return best;
 }
@@ -153,6 +220,12 @@ const char* isa_name(Isa isa) {
       return "avxvnni";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Neon:
+      return "neon";
+    case Isa::NeonDotprod:
+      return "dotprod";
+    case Isa::NeonI8mm:
+      return "i8mm";
   }
   return "unknown";
 }
@@ -179,6 +252,9 @@ std::string cpu_features_string_raw() {
   add(f.avx512bf16, "avx512bf16");
   add(f.amd, "amd");
   add(f.avxvnni, "avxvnni");
+  add(f.asimd, "asimd");
+  add(f.dotprod, "dotprod");
+  add(f.i8mm, "i8mm");
   if (s.empty()) s = "(none)";
   return s;
 }

@@ -1,6 +1,7 @@
 // Matrix products: the plain reference, argument checks, ISA dispatch and the portable (scalar) fast
 // path. The SIMD kernels live in matmul_avx512.cpp (+ matmul_packed_avx512.cpp), int8_ymm.inc (the
-// AVX2 / AVX-VNNI int8 kernels on packed weights) and matmul_avx2.cpp (their GGUF-layout rest).
+// AVX2 / AVX-VNNI int8 kernels on packed weights) and matmul_avx2.cpp (their GGUF-layout rest) on
+// x86-64; in matmul_neon.cpp (+ the int8 tiles of matmul_int8_{neon,dotprod,i8mm}.cpp) on AArch64.
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -101,11 +102,13 @@ void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t
 namespace {
 std::atomic<Bf16Dot> g_bf16_dot{Bf16Dot::Auto};
 
+#if defined(__x86_64__)
 using YmmInt8 = bool (*)(const MatmulTarget*, int, const float*, int64_t, int64_t, ThreadPool*);
 YmmInt8 ymm_int8(Isa isa) {
   return isa == Isa::AvxVnni ? matmul_detail::ymm_avxvnni::packed_int8_matmul
                              : matmul_detail::ymm_avx2::packed_int8_matmul;
 }
+#endif
 }  // namespace
 
 void set_bf16_dot(Bf16Dot mode) { g_bf16_dot.store(mode); }
@@ -134,6 +137,7 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
   // one thread, 13.5 on two). Results do not depend on the thread count, so this changes only speed.
   if (double(w.in) * double(w.out) * double(rows) < double(1 << 16)) pool = nullptr;
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       if (w.packed && !reads_packed(w)) {  // packed reading switched off (bench --repack 0)
         MatrixView plain = w;
@@ -151,7 +155,13 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
       plain.packed = nullptr;
       return matmul_detail::matmul_avx2(plain, x, rows, ldx, y, ldy, pool);
     }
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return matmul_detail::matmul_neon(w, x, rows, ldx, y, ldy, pool, active_isa());
+#endif
+    default:
       break;
   }
   matmul_detail::matmul_scalar(w, x, rows, ldx, y, ldy, pool);
@@ -174,6 +184,7 @@ void matmul_shared_input(const MatmulTarget* targets, int count, const float* x,
     macs += double(t.w.in) * double(t.w.out) * double(rows);
     any_empty = any_empty || t.w.out == 0;
   }
+#if defined(__x86_64__)
   if (!any_empty && macs >= double(1 << 19) && active_isa() == Isa::Avx512 &&
       matmul_detail::matmul_shared_input_avx512(plain.data(), count, x, rows, ldx, pool)) {
     return;
@@ -183,6 +194,7 @@ void matmul_shared_input(const MatmulTarget* targets, int count, const float* x,
     if (macs < double(1 << 16)) pool = nullptr;  // as matmul() does
     if (ymm_int8(active_isa())(plain.data(), count, x, rows, ldx, pool)) return;
   }
+#endif
   for (const MatmulTarget& t : plain) matmul(t.w, x, rows, ldx, t.y, t.ldy, pool);
 }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 
 namespace gem4::matmul_detail {
@@ -64,5 +65,27 @@ bool packed_int8_matmul(const MatmulTarget* targets, int count, const float* x, 
 // BF16 weights with vdpbf16ps (matmul_avx512 calls it when the CPU has AVX512_BF16).
 void matmul_bf16_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool);
+
+// ---- AArch64 (matmul_neon.cpp and the int8 tiles) ----
+// Every AArch64 set reads the GGUF layout (packed copies are an x86 layout and are not made there).
+// matmul_neon quantizes the activations as scalar_int8 does, decodes 4 weight rows at a time to signed
+// bytes (level - offset) and takes the set's tile for the integer sums, then the scalar path's float
+// steps (sum += (d_w d_x) isum, + m_w s_x), so every AArch64 set gives the Scalar set's bits on the
+// 8-bit-activation types. Other types (F32, F16, BF16, the K-quants): f32 weight rows, f32 FMA dots.
+void matmul_neon(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                 ThreadPool* pool, Isa isa);
+// Integer sums of one tile: 4 decoded weight rows against `nrows` (1..4) quantized activation rows,
+// every 32-element block b < nb: isum[(r * nb + b) * 4 + j] = sum_i w_j[32b + i] * q_r[32b + i].
+// panel: per block 128 bytes; act: per row (or, interleaved, per pair of rows) nb * 32 (64) bytes.
+// Plain layout: row j's 32 bytes at 32j. Interleaved (smmla): rows 2p, 2p+1 as 4 chunks of 8 + 8
+// bytes at 64p + 16c, and activation rows paired the same way (the odd last row with zeros).
+using Int8TileFn = void (*)(const int8_t* panel, const int8_t* act, int64_t nb, int nrows, int32_t* isum);
+struct Int8Tile {
+  Int8TileFn fn = nullptr;
+  bool interleaved = false;
+};
+Int8Tile int8_tile_neon();     // matmul_int8_neon.cpp: smull/smlal + sadalp (ARMv8.0)
+Int8Tile int8_tile_dotprod();  // matmul_int8_dotprod.cpp: sdot
+Int8Tile int8_tile_i8mm();     // matmul_int8_i8mm.cpp: smmla on pairs of rows
 
 }  // namespace gem4::matmul_detail

@@ -1,5 +1,6 @@
 // The plain implementations and the references; the vectorised ops dispatch on active_isa() to
-// ops_avx2.cpp (Avx2, AvxVnni) or ops_avx512.cpp (Avx512), Scalar runs the references.
+// ops_avx2.cpp (Avx2, AvxVnni) or ops_avx512.cpp (Avx512) on x86-64, to ops_neon.cpp (every AArch64
+// set) on ARM; Scalar runs the references.
 #include "kernels/ops.h"
 
 #include <algorithm>
@@ -16,12 +17,19 @@ namespace gem4 {
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
   // The vector versions do exactly this arithmetic (the same bits).
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       return ops_avx512::rmsnorm(x, w, n, eps, y);
     case Isa::Avx2:
     case Isa::AvxVnni:
       return ops_avx2::rmsnorm(x, w, n, eps, y);
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return ops_neon::rmsnorm(x, w, n, eps, y);
+#endif
+    default:
       break;
   }
   // Sum of squares in double, in eight interleaved partial sums combined in a fixed order: the
@@ -100,12 +108,19 @@ void gelu_tanh_f16_mul_reference(const float* gate, const float* up, float* out,
 void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n) {
   const float* table = gelu_f16_table().data();
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       return ops_avx512::gelu_tanh_f16_mul(table, gate, up, out, n);
     case Isa::Avx2:
     case Isa::AvxVnni:
       return ops_avx2::gelu_tanh_f16_mul(table, gate, up, out, n);
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return ops_neon::gelu_tanh_f16_mul(table, gate, up, out, n);
+#endif
+    default:
       break;
   }
   gelu_tanh_f16_mul_reference(gate, up, out, n);
@@ -131,12 +146,19 @@ void softcap_reference(float* x, int64_t n, float cap) {
 
 void softmax(float* x, int64_t n) {
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       return ops_avx512::softmax(x, n);
     case Isa::Avx2:
     case Isa::AvxVnni:
       return ops_avx2::softmax(x, n);
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return ops_neon::softmax(x, n);
+#endif
+    default:
       break;
   }
   softmax_reference(x, n);
@@ -144,12 +166,19 @@ void softmax(float* x, int64_t n) {
 
 void softcap(float* x, int64_t n, float cap) {
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       return ops_avx512::softcap(x, n, cap);
     case Isa::Avx2:
     case Isa::AvxVnni:
       return ops_avx2::softcap(x, n, cap);
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return ops_neon::softcap(x, n, cap);
+#endif
+    default:
       break;
   }
   softcap_reference(x, n, cap);
@@ -169,12 +198,19 @@ int64_t argmax_finite_reference(const float* x, int64_t n) {
 
 int64_t argmax_finite(const float* x, int64_t n) {
   switch (active_isa()) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       return ops_avx512::argmax_finite(x, n);
     case Isa::Avx2:
     case Isa::AvxVnni:
       return ops_avx2::argmax_finite(x, n);
-    case Isa::Scalar:
+#elif defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonDotprod:
+    case Isa::NeonI8mm:
+      return ops_neon::argmax_finite(x, n);
+#endif
+    default:
       break;
   }
   return argmax_finite_reference(x, n);

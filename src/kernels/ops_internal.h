@@ -1,7 +1,8 @@
 // Internal to kernels/: the per-set entry points that ops.cpp and convert.cpp dispatch to on
 // active_isa() (see ops.h and convert.h for what each computes). Avx2 and AvxVnni run the ops_avx2
-// versions, Avx512 the ops_avx512 ones (conversions: the 256-bit F16C ones for both), Scalar the
-// references.
+// versions, Avx512 the ops_avx512 ones (conversions: the 256-bit F16C ones for both), the AArch64 sets
+// (Neon, NeonDotprod, NeonI8mm) the ops_neon and convert_neon ones, Scalar the references. Each
+// architecture's files are compiled only for it.
 #pragma once
 #include <cstdint>
 
@@ -30,5 +31,21 @@ void f32_to_f16(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 }  // namespace convert_avx2
+
+namespace ops_neon {  // ops_neon.cpp: ARMv8.0 Advanced SIMD, 4 lanes; the same algorithms and bits as
+                      // ops_avx2
+void gelu_tanh_f16_mul(const float* table, const float* gate, const float* up, float* out, int64_t n);
+void softmax(float* x, int64_t n);
+void softcap(float* x, int64_t n, float cap);
+int64_t argmax_finite(const float* x, int64_t n);
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+}  // namespace ops_neon
+
+namespace convert_neon {  // convert_neon.cpp: fcvtl/fcvtn (f16) and integer steps (bf16), 4 values at a time
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n);
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+}  // namespace convert_neon
 
 }  // namespace gem4

@@ -157,7 +157,11 @@ void set_use_packed(bool on) { g_use_packed.store(on, std::memory_order_relaxed)
 bool use_packed() { return g_use_packed.load(std::memory_order_relaxed); }
 
 // Every SIMD set reads the packed layout (the 256-bit sets as two halves of each 64-byte vector).
-bool packed_kernels_active() { return active_isa() >= Isa::Avx2; }
+// The x86 sets only: the AArch64 sets read the GGUF layout.
+bool packed_kernels_active() {
+  const Isa isa = active_isa();
+  return isa == Isa::Avx2 || isa == Isa::AvxVnni || isa == Isa::Avx512;
+}
 
 bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && packed_kernels_active(); }
 

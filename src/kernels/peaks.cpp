@@ -37,6 +37,7 @@ uint64_t read_loop_scalar(const uint8_t* p, size_t bytes) {
 PeakLoops loops_for(Isa isa) {
   PeakLoops l;
   switch (isa) {
+#if defined(__x86_64__)
     case Isa::Avx512:
       l.int8_instr = "vpdpbusd zmm";
       l.read_instr = "512-bit loads";
@@ -59,7 +60,9 @@ PeakLoops loops_for(Isa isa) {
       l.fp32 = fp32_loop_avx2;
       l.read = read_loop_avx2;
       break;
-    case Isa::Scalar:
+#endif
+    // The AArch64 sets have no peak loops yet: like Scalar, compute peaks 0 and 64-bit loads.
+    default:
       l.int8_instr = "none";
       l.read_instr = "64-bit loads";
       l.read = read_loop_scalar;

@@ -33,6 +33,8 @@ void ThreadPool::worker(int index) {
           break;
 #if defined(__x86_64__)
         __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ volatile("yield");
 #endif
         if (spin % 64 == 0 && std::chrono::steady_clock::now() >= spin_until) break;
       }
@@ -67,6 +69,8 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   for (int spin = 0; spin < 40000 && pending_.load(std::memory_order_acquire) != 0; ++spin) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
 #endif
   }
   if (pending_.load(std::memory_order_acquire) != 0) {
