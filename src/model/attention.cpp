@@ -38,15 +38,18 @@ GgmlType element_type(KvType t) {
 }  // namespace
 
 double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, const AttentionShape& s,
-              const KvCache& kv, int slot, bool crop, const int* kv_len, float* out, ThreadPool* pool) {
+              const KvCache& kv, int slot, bool crop, const int* kv_len, float* out, ThreadPool* pool,
+              const int32_t* hi_pos) {
   const int hd = s.head_dim, group = s.n_head / s.n_kv_heads, qw = s.n_head * hd;
   const int width = kv.row_width(slot);
 
-  // Which positions each row visits: [lo, hi]; visible are [vis_lo, pos].
+  // Which positions each row visits: [lo, hi]; visible are [vis_lo, vis_hi] (vis_hi: pos, or the end
+  // of the row's image).
+  auto vis_hi_of = [&](int r) { return hi_pos ? hi_pos[r] : pos[r]; };
   auto range = [&](int r, int& lo, int& hi, int& vis_lo) {
     const int p = pos[r];
     vis_lo = s.window > 0 ? std::max(0, p - s.window + 1) : 0;
-    lo = vis_lo, hi = p;
+    lo = vis_lo, hi = vis_hi_of(r);
     if (!crop) {
       hi = kv_len[seq[r]] - 1;
       lo = s.window > 0 ? std::max(0, kv_len[seq[r]] - kv.capacity(slot)) : 0;
@@ -172,7 +175,7 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
       for (int r = rb; r < re; ++r) {
         int lo, hi, vis_lo;
         range(r, lo, hi, vis_lo);
-        const int p = pos[r];
+        const int p = vis_hi_of(r);
         const int nk_r = hi - lo + 1;
         local_scored += int64_t(nk_r) * group;
         float* sr = scores.data() + size_t(r - rb) * group * nk + (lo - ulo);  // [group][nk], row's range

@@ -19,8 +19,11 @@ struct AttentionShape {
 };
 
 // q: [n, n_head*head_dim]; out: same shape. pos/seq: per query row. kv_len[seq]: number of cached
-// positions of each sequence that exist (only used without crop). Returns multiply-adds performed.
+// positions of each sequence that exist (only used without crop). hi_pos (may be null: pos): per row,
+// the last position it sees, past its own for the rows of an image, which attend to the whole image
+// (the window still counts back from pos). Returns multiply-adds performed.
 double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, const AttentionShape& s,
-              const KvCache& kv, int slot, bool crop, const int* kv_len, float* out, ThreadPool* pool);
+              const KvCache& kv, int slot, bool crop, const int* kv_len, float* out, ThreadPool* pool,
+              const int32_t* hi_pos = nullptr);
 
 }  // namespace gem4

@@ -19,6 +19,14 @@ struct BatchRow {
   int32_t seq = 0;
   bool logits = false;  // the caller wants this row's logits
   bool hidden = false;  // the caller wants this row's post-final-norm hidden state (MTP drafter)
+  // A media row (an image or audio soft token): its input embedding (d_model floats, owned by the
+  // caller, used as it is: not scaled by sqrt(d_model) as token embeddings are); `token` then only picks
+  // the per-layer-embedding row, the <pad> token (0) for soft tokens as llama.cpp does.
+  const float* embd = nullptr;
+  // Rows of one sequence with the same span >= 0 (consecutive rows: one image) see each other: causal
+  // masking is off among them (the sliding window still hides keys too far back). Audio stays causal
+  // (-1). A span is never split between micro-batches.
+  int32_t span = -1;
 };
 using Batch = std::vector<BatchRow>;
 

@@ -55,6 +55,7 @@ struct AttentionKeys {
   const int32_t* seq = nullptr;       // per row: the sequence of the cache
   bool crop = true;
   const int* kv_len = nullptr;  // per sequence: cached positions (only without crop)
+  const int32_t* mask_hi = nullptr;  // per row: the last visible position (null: mask_pos; images see ahead)
 };
 
 class DecoderBlock {

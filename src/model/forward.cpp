@@ -101,6 +101,9 @@ void Forward::run(const Batch& batch, KvCache& kv, ForwardOutputs& out) {
                                   std::to_string(r.seq) + " does not continue its cache (next position " +
                                   std::to_string(next[r.seq]) + ")");
     next[r.seq]++;
+    if (r.span >= 0 && i > 0 && batch[i - 1].span == r.span && batch[i - 1].seq != r.seq)
+      throw std::invalid_argument(where + "span " + std::to_string(r.span) + " crosses from sequence " +
+                                  std::to_string(batch[i - 1].seq) + " to " + std::to_string(r.seq));
   }
   for (const MicroBatchPlan& plan : plan_batch(batch, ubatch, c_, switches)) run_micro_batch(batch, plan, kv, out);
 }
@@ -138,6 +141,7 @@ void Forward::prune_rows(const MicroBatchPlan& plan) {
       if (i == j) continue;
       tok_[j] = tok_[i];
       pos_[j] = pos_[i];
+      hi_[j] = hi_[i];
       seq_[j] = seq_[i];
       row_[j] = row_[i];
       std::memcpy(&h_[size_t(j) * d], &h_[size_t(i) * d], d * sizeof(float));
@@ -159,7 +163,7 @@ void Forward::run_micro_batch(const Batch& batch, const MicroBatchPlan& plan, Kv
 
   // Size buffers for the whole micro-batch (no-ops after the first call of this size).
   n_ = T;
-  tok_.resize(T), pos_.resize(T), seq_.resize(T), row_.resize(T);
+  tok_.resize(T), pos_.resize(T), seq_.resize(T), row_.resize(T), hi_.resize(T);
   x0_.resize(size_t(T) * d), h_.resize(size_t(T) * d);
   ple_.resize(size_t(T) * LP);
   buf_.resize(T, c_);
@@ -174,13 +178,25 @@ void Forward::run_micro_batch(const Batch& batch, const MicroBatchPlan& plan, Kv
     tok_[i] = r.token, pos_[i] = r.pos, seq_[i] = r.seq, row_[i] = plan.first + i;
     kv_len_[r.seq] = std::max(kv_len_[r.seq], r.pos + 1);
   }
+  // The last position each row sees: its own, or the last of its span (an image sees all of itself).
+  has_spans_ = false;
+  for (int i = T - 1; i >= 0; --i) {
+    const BatchRow& r = batch[plan.first + i];
+    const bool same = r.span >= 0 && i + 1 < T && batch[plan.first + i + 1].span == r.span;
+    hi_[i] = same ? hi_[i + 1] : pos_[i];
+    has_spans_ |= same;
+  }
   const DecoderBlock blk = block();
 
-  // 2.2 Token embedding: x0 = E[token] * sqrt(d).
+  // 2.2 Token embedding: x0 = E[token] * sqrt(d); a media row brings its own embedding, unscaled.
   const float emb_scale = std::sqrt(float(d));
   parallel_for(pool_, T, 8, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       float* x = &x0_[size_t(i) * d];
+      if (const float* m = batch[plan.first + i].embd) {
+        std::copy(m, m + d, x);
+        continue;
+      }
       matrix_get_row(w_.token_embd, tok_[i], x);
       for (int j = 0; j < d; ++j) x[j] *= emb_scale;
     }
@@ -268,6 +284,7 @@ void Forward::layer_rest(int l, const KvCache& kv, bool query_projected, const D
   keys.seq = seq_.data();
   keys.crop = switches.mask_crop;
   keys.kv_len = kv_len_.data();
+  keys.mask_hi = has_spans_ ? hi_.data() : nullptr;
   stats.attention_macs += blk.attention(l, keys, h_.data(), n_);
   blk.mlp(l, switches.exact_gelu, h_.data(), n_);
   if (c_.ple_dim > 0) ple_block(l, blk);

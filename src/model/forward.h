@@ -77,6 +77,8 @@ class Forward {
   // State of the current micro-batch; row i of every buffer is the i-th active row.
   int n_ = 0;                     // active rows
   std::vector<int32_t> tok_, pos_, seq_, row_;  // token, position, sequence, batch row
+  std::vector<int32_t> hi_;       // last visible position: pos, or the end of the row's image span
+  bool has_spans_ = false;        // some row sees past its own position
   std::vector<int> kv_len_;       // per sequence: cached positions after this micro-batch
   std::vector<float> x0_;         // [n, d] scaled token embeddings (PLE projection input)
   std::vector<float> h_;          // [n, d] residual stream
