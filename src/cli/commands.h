@@ -15,5 +15,6 @@ int cmd_tokenize(int argc, char** argv, int first);
 int cmd_template(int argc, char** argv, int first);
 int cmd_serve(int argc, char** argv, int first);
 int cmd_cache(int argc, char** argv, int first);
+int cmd_encode(int argc, char** argv, int first);
 
 }  // namespace gem4::cli

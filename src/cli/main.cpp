@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"tokenize", gem4::cli::cmd_tokenize, "tokenize JSON Lines from stdin"},
     {"template", gem4::cli::cmd_template, "render chat conversations (JSON Lines) with the Gemma 4 format"},
     {"cache", gem4::cli::cmd_cache, "list or clear a prompt-cache folder (--prompt-cache DIR)"},
+    {"encode", gem4::cli::cmd_encode, "image or audio soft-token embeddings of a projector (mmproj) file"},
 };
 
 void usage() {

@@ -1,0 +1,87 @@
+// gem4 encode: the projector's embeddings through the command line, as the hook for comparing
+// with llama.cpp, and its errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "test_util.h"
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+Result gem4(const std::string& args) {
+  const std::string base = "/tmp/gem4_media_cli_" + std::to_string(getpid());
+  const std::string cmd = std::string("'") + GEM4_BINARY + "' " + args + " > '" + base + ".out' 2> '" + base +
+                          ".err' < /dev/null";
+  Result r;
+  const int status = std::system(cmd.c_str());
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_all(base + ".out");
+  r.err = read_all(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+std::string mtmd(const std::string& rel) { return gem4::test::testdata("mtmd-ref/" + rel); }
+
+TEST(MediaCli, EncodeWritesTheImageAndAudioEmbeddings) {
+  const std::string out = "/tmp/gem4_media_cli_embd_" + std::to_string(getpid()) + ".f32";
+  struct Case {
+    std::string mmproj, flag, input, ref;
+    int tokens;
+    double tol;
+  };
+  const Case cases[] = {
+      {"models/gemma4-tiny-vision.gguf", "--image", "inputs/img2-photo-200x300.jpg",
+       "dumps/vision__img2-photo-200x300/embd.f32", 48, 1e-4},
+      {"models/gemma4-tiny-audio.gguf", "--audio", "inputs/aud2-tones-44k1-stereo.wav",
+       "dumps/audio__aud2-tones-44k1-stereo/embd.f32", 43, 1e-4},
+  };
+  for (const Case& c : cases) {
+    const Result r = gem4("encode --mmproj '" + mtmd(c.mmproj) + "' " + c.flag + " '" + mtmd(c.input) +
+                          "' --out '" + out + "' -t 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, "{\"n_embd\":128,\"tokens\":" + std::to_string(c.tokens) + "}\n");
+    const auto got = gem4::test::read_f32(out);
+    const auto ref = gem4::test::read_f32(mtmd(c.ref));
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LE(gem4::test::max_abs_diff(got.data(), ref.data(), ref.size()), c.tol) << c.input;
+  }
+  std::remove(out.c_str());
+}
+
+TEST(MediaCli, EncodeErrorsNameTheProblem) {
+  const std::string vision = mtmd("models/gemma4-tiny-vision.gguf");
+  Result r = gem4("encode --mmproj '" + vision + "' --audio x.wav --out /tmp/x.f32");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("holds no audio tower"), std::string::npos) << r.err;
+  r = gem4("encode --mmproj '" + vision + "' --out /tmp/x.f32");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("exactly one of --image"), std::string::npos) << r.err;
+  r = gem4("encode --mmproj '" + vision + "' --image /nonexistent.png --out /tmp/x.f32");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("/nonexistent.png: cannot open"), std::string::npos) << r.err;
+  r = gem4("encode --mmproj '" + mtmd("models/gemma4-tiny-mmvocab-f32.gguf") +
+           "' --image x.png --out /tmp/x.f32");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("general.architecture"), std::string::npos) << r.err;
+}
+
+}  // namespace
