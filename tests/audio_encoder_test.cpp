@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -13,6 +16,8 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/thread_pool.h"
+#include "media/audio_synthetic.h"
 #include "media/mmproj_file.h"
 #include "test_util.h"
 
@@ -185,6 +190,70 @@ TEST(AudioEncoderFile, RefusesFilesItDoesNotKnow) {
     r.key = [](const std::string& k, gguf::Value&) { return k != "clip.audio.block_count"; };
     expect_error(r, "clip.audio.block_count");
   }
+}
+
+std::unique_ptr<MmprojFile> synthetic(const SyntheticAudioTower& cfg, const std::string& path) {
+  gguf::GgufWriter w;
+  add_synthetic_audio_tower(w, cfg);
+  w.write(path);
+  return MmprojFile::open(path);
+}
+
+// Another shape than the reference file's (odd head count, 7 conv taps, 3 blocks, F16 matrices): the
+// tower loads, gives the token count of the frame rule, finite O(1) rows, and the same bits with a
+// thread pool as without.
+TEST(AudioEncoderFile, OtherShapesRunAndAreThreadInvariant) {
+  SyntheticAudioTower cfg;
+  cfg.n_embd = 96;
+  cfg.n_head = 3;
+  cfg.n_ff = 192;
+  cfg.n_layer = 3;
+  cfg.sscp_channels[0] = 16;
+  cfg.sscp_channels[1] = 8;
+  cfg.conv_kernel = 7;
+  cfg.out_proj_dim = 80;
+  cfg.n_embd_out = 64;
+  const std::string path = ::testing::TempDir() + "gem4_audio_other_shape.gguf";
+  const auto f = synthetic(cfg, path);
+  const AudioEncoder enc(*f);
+  EXPECT_EQ(enc.hparams().head_dim, 32);
+  EXPECT_EQ(enc.hparams().conv_kernel, 7);
+  const std::vector<float> pcm = test::read_f32(mtmd("dumps/audio__aud1-speech-16k-mono/pcm16k.f32"));
+  const std::vector<float> a = enc.encode(pcm, nullptr);
+  ThreadPool pool(2);
+  const std::vector<float> b = enc.encode(pcm, &pool);
+  ASSERT_EQ(a.size(), size_t(77 * 64));
+  EXPECT_EQ(a, b);
+  double sum2 = 0;
+  for (float v : a) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum2 += double(v) * v;
+  }
+  const double rms = std::sqrt(sum2 / double(a.size()));
+  EXPECT_GT(rms, 0.05);
+  EXPECT_LT(rms, 20.0);
+  std::remove(path.c_str());
+}
+
+// The E2B/E4B audio tower's dimensions (12 x 1024, 8 heads, 128/32 channels, F16 matrices) on 30 s of
+// audio (8 s here, to keep the suite short: 200 rows of the E2B text width); prints the encoding
+// speed (shared machine: indicative only).
+TEST(AudioEncoderFile, SlowE2bShapedTowerEncodes) {
+  const std::string path = ::testing::TempDir() + "gem4_audio_e2b_shape.gguf";
+  const auto f = synthetic(SyntheticAudioTower{}, path);
+  const AudioEncoder enc(*f);
+  std::vector<float> pcm(static_cast<size_t>(8 * kMelSampleRate));
+  for (size_t i = 0; i < pcm.size(); ++i)
+    pcm[i] = 0.3f * float(std::sin(0.013 * double(i) * (1 + double(i) / 5e5)));
+  ThreadPool pool(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float> rows = enc.encode(pcm, &pool);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(rows.size(), size_t(200 * 1536));
+  for (float v : rows) ASSERT_TRUE(std::isfinite(v));
+  std::printf("[ audio ] E2B-shaped tower: 30 s of audio in %.2f s on 2 threads (%.1f audio s/s)\n", s,
+              30.0 / s);
+  std::remove(path.c_str());
 }
 
 }  // namespace
