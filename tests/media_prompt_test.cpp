@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "generate/session.h"
 #include "kernels/thread_pool.h"
 #include "media/image.h"
 #include "media/mmproj_file.h"
@@ -147,6 +148,58 @@ TEST(MediaPrompt, AnImageSpanMovesToTheNextMicroBatch) {
   ForwardOutputs unpruned;
   f.run(b, kv, unpruned);
   EXPECT_LE(test::max_abs_diff(one.logits.data(), unpruned.logits.data(), one.logits.size()), 1e-4);
+}
+
+}  // namespace
+}  // namespace gem4
+
+namespace gem4 {
+namespace {
+
+// The same prompt through a Session (the engine's prompt chunks and prefix reuse): the image spans of
+// the history, chunks that never split an image, reuse keyed on the image's content.
+TEST(MediaPrompt, SessionChunksAndReusesByContent) {
+  const nlohmann::json info = info_of("vision__img1-rgba-320x240");
+  auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
+  const int d = model->config.d_model;
+  auto e1 =
+      std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/embd.f32")));
+  auto e2 =
+      std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img2-photo-200x300/embd.f32")));
+  const Batch rows = media_prompt(info, *e1, d, true, false);
+  std::vector<int32_t> ids;
+  for (const BatchRow& r : rows) ids.push_back(r.token);
+  const auto media_of = [&](const std::shared_ptr<std::vector<float>>& e) {
+    generate::MediaSpan m;
+    m.first = 7;
+    m.count = 48;
+    m.bidirectional = true;
+    m.embd = e;
+    m.hash = generate::media_hash(*e);
+    return std::vector<generate::MediaSpan>{m};
+  };
+  const auto last_ref = test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/logits_last.f32"));
+  const ForwardOutputs direct = run(*model, rows, 512, nullptr);
+  SessionOptions opt;
+  opt.n_ctx = 256;
+  opt.ubatch = 50;  // the first chunk would end inside the image: it ends before it instead
+  opt.kv_type = KvType::F32;
+  Session s(*model, nullptr, opt);
+  EXPECT_EQ(s.set_tokens(ids, media_of(e1)), int(ids.size()));
+  EXPECT_LE(test::max_abs_diff(s.logits(), direct.logits.data(), direct.logits.size()), 1e-4);
+  EXPECT_LE(test::max_abs_diff(s.logits(), last_ref.data(), last_ref.size()), kTextBaseline);
+  // The same image again: only the last token is recomputed.
+  EXPECT_EQ(s.set_tokens(ids, media_of(e1)), 1);
+  // Another image with the same token ids: everything from the image on is recomputed (all of it when
+  // the sliding rings cannot roll back to the image's start).
+  const bool rolls_back = s.kv().can_truncate(0, 7);
+  EXPECT_EQ(s.set_tokens(ids, media_of(e2)), int(ids.size()) - (rolls_back ? 7 : 0));
+  const ForwardOutputs other = run(*model, media_prompt(info, *e2, d, true, false), 512, nullptr);
+  EXPECT_LE(test::max_abs_diff(s.logits(), other.logits.data(), other.logits.size()), 1e-4);
+  // A span that does not fit is refused.
+  auto bad = media_of(e1);
+  bad[0].count = 47;
+  EXPECT_THROW(s.set_tokens(ids, bad), std::invalid_argument);
 }
 
 }  // namespace

@@ -49,27 +49,35 @@ void Sequence::speculate(Drafter* drafter, const SpecOptions& opt, int max_ubatc
 Engine::Engine(Forward& forward, KvCache& kv, PrefixStore* store, PromptCacheDir* disk)
     : forward_(forward), kv_(kv), store_(store), disk_(disk) {}
 
-StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt,
-                        std::span<Sequence* const> others) {
+StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt, std::span<Sequence* const> others,
+                        const std::vector<MediaSpan>& media) {
   if (prompt.empty()) throw std::invalid_argument("empty prompt");
   if (int(prompt.size()) > kv_.n_ctx())
     throw std::invalid_argument("the prompt needs " + std::to_string(prompt.size()) +
                                 " tokens of context but the context holds " + std::to_string(kv_.n_ctx()));
   const int limit = int(prompt.size()) - 1;  // the last token is recomputed for its logits
+  const int d = forward_.config().d_model;
+  for (const MediaSpan& m : media)
+    if (m.count <= 0 || m.first < 0 || m.first + m.count > limit || !m.embd ||
+        m.embd->size() != size_t(m.count) * d)
+      throw std::invalid_argument("a media span at position " + std::to_string(m.first) +
+                                  " does not fit the prompt or the model's width (" + std::to_string(d) + ")");
   StartInfo info;
-  // 1. The sequence's own cells, where the rings can roll back that far.
-  const int held = std::min(common_prefix(seq.cached(), seq.n_cached, prompt), limit);
+  // 1. The sequence's own cells, where the rings can roll back that far (and its media agree).
+  const int own = std::min(common_prefix(seq.cached(), seq.n_cached, prompt), limit);
+  const int held = media_common_prefix(seq.media, media, own);
   const Sequence* donor = nullptr;
   if (held > 0 && kv_.can_truncate(seq.id, held)) info = {held, PrefixSource::Own, 0};
   // 2. Another sequence of the same cache (read only; copied in).
   for (const Sequence* o : others) {
     if (!o || o == &seq) continue;
-    const int c = std::min(common_prefix(o->cached(), o->n_cached, prompt), limit);
+    const int c =
+        media_common_prefix(o->media, media, std::min(common_prefix(o->cached(), o->n_cached, prompt), limit));
     if (c > info.reused && kv_.can_truncate(o->id, c)) info = {c, PrefixSource::OtherSequence, 0}, donor = o;
   }
   // 3. Chunks in memory, then 4. chunks on disk (loaded into the store, then restored from it).
   int from_store = 0;
-  if (store_) {
+  if (store_ && first_media_position(media) >= limit) {
     const int C = store_->chunk_tokens();
     if (info.reused / C < limit / C) from_store = store_->resumable(kv_, seq.id, prompt, limit, held);
     if (disk_ && from_store / C < limit / C && (info.reused / C) < limit / C) {
@@ -95,6 +103,7 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt,
     info.disk_tokens = 0;
   }
   seq.tokens = prompt;
+  seq.media = media;
   seq.n_cached = info.reused;
   seq.generating = false;
   seq.emitted.clear();
@@ -125,6 +134,7 @@ int32_t Engine::choose(Sequence& seq, const float* logits) {
 void Engine::clear(Sequence& seq) {
   kv_.clear(seq.id);
   seq.tokens.clear();
+  seq.media.clear();
   seq.n_cached = 0;
   seq.generating = false;
   seq.emitted.clear();
@@ -215,12 +225,26 @@ void Engine::step(std::span<Sequence* const> decoding, Sequence* prefill, int pr
   bool pre_ends = false;
   if (prefill) {
     prefill_rows = std::clamp(prefill_rows, 0, prefill->prompt_left());
+    // An image is decoded in one pass: a chunk ends before it, or takes the rest of it.
+    const int begin = prefill->n_cached;
+    for (const MediaSpan& m : prefill->media) {
+      const int end = begin + prefill_rows;
+      if (!m.bidirectional || end <= m.first || end >= m.first + m.count) continue;
+      prefill_rows = m.first > begin ? m.first - begin : m.first + m.count - begin;
+    }
     pre_ends = prefill_rows == prefill->prompt_left();
     const bool hidden = prefill->wants_hidden();
     for (int i = 0; i < prefill_rows; ++i) {
       const int pos = prefill->n_cached + i;
       const bool last = pre_ends && i + 1 == prefill_rows;
       batch_.push_back({prefill->tokens[pos], int32_t(pos), int32_t(prefill->id), last, last && hidden});
+      for (size_t k = 0; k < prefill->media.size(); ++k) {
+        const MediaSpan& m = prefill->media[k];
+        if (pos < m.first || pos >= m.first + m.count) continue;
+        const size_t d = m.embd->size() / size_t(m.count);
+        batch_.back().embd = m.embd->data() + size_t(pos - m.first) * d;
+        batch_.back().span = m.bidirectional ? int32_t(k) : -1;
+      }
     }
   }
   if (batch_.empty()) return;
@@ -245,7 +269,8 @@ void Engine::step(std::span<Sequence* const> decoding, Sequence* prefill, int pr
     const int before = s.n_cached;
     s.n_cached += prefill_rows;
     s.emitted.clear();
-    if (store_) store_->record(kv_, s.id, s.tokens, before);
+    // The store keys chunks on token ids, which do not tell media apart: nothing recorded with media.
+    if (store_ && s.media.empty()) store_->record(kv_, s.id, s.tokens, before);
     if (pre_ends) {
       const int row = pre_first + prefill_rows - 1;
       const float* logits = out_.logits_of(row);
@@ -331,7 +356,7 @@ void Engine::accept_verify(Sequence& s, int first_row, int n, double draft_s, do
     const float* h = out_.hidden_of(first_row + a);
     s.hidden.assign(h, h + out_.d_model);
   }
-  if (store_) store_->record(kv_, s.id, s.tokens, n - 1);
+  if (store_ && s.media.empty()) store_->record(kv_, s.id, s.tokens, n - 1);
   s.length().record(kd, a, draft_s, verify_s);
   s.stats.rounds++;
   s.stats.drafted += kd;

@@ -49,8 +49,11 @@ class Engine {
   // `others` (read, never changed), the store or the disk cache can supply. The last prompt token is
   // always recomputed (its logits are needed). Resets the per-request state (stats, emitted, hidden);
   // the sampler, if any, accepts the prompt tokens when seq.penalize_prompt. Throws
-  // std::invalid_argument for an empty prompt or one longer than the context.
-  StartInfo start(Sequence& seq, const std::vector<int32_t>& prompt, std::span<Sequence* const> others = {});
+  // std::invalid_argument for an empty prompt or one longer than the context. `media`: the prompt's
+  // soft-token spans (generate/media_span.h); a prefix is reused only as far as the spans agree, and
+  // the prefix store and disk cache (keyed on token ids) serve nothing past the first span.
+  StartInfo start(Sequence& seq, const std::vector<int32_t>& prompt, std::span<Sequence* const> others = {},
+                  const std::vector<MediaSpan>& media = {});
 
   // One forward pass: every sequence of `decoding` (each generating) drafts and verifies, and
   // `prefill` (if not null) processes its next `prefill_rows` prompt tokens. On an exception from the

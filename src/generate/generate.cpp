@@ -76,7 +76,7 @@ GenerateResult run(Session& session, const text::Tokenizer* tokenizer, const Gen
   GenerateStats& st = res.stats;
   const auto t_start = Clock::now();
   st.prompt_tokens = int(req.prompt.size());
-  st.prompt_reused = engine.start(seq, req.prompt).reused;
+  st.prompt_reused = engine.start(seq, req.prompt, {}, req.media).reused;
   st.prompt_processed = st.prompt_tokens - st.prompt_reused;
   engine.prefill(seq);  // ends with the first token sampled
   st.prompt_s = seconds_since(t_start);

@@ -45,6 +45,8 @@ struct GenerateRequest {
   bool special_text = false;       // write CONTROL tokens out as text (<turn|>); USER_DEFINED always are
   // A grammar the completion must follow (null: none); reset at the start of the request.
   std::shared_ptr<GrammarConstraint> constraint;
+  // Soft-token spans of the prompt (images, audio): generate/media_span.h.
+  std::vector<MediaSpan> media;
 };
 
 enum class StopReason { Eog, StopString, Length, Cancelled };

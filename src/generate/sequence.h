@@ -14,6 +14,7 @@
 
 #include "generate/constraint.h"
 #include "generate/drafter.h"
+#include "generate/media_span.h"
 #include "generate/sampler.h"
 #include "generate/speculative.h"
 
@@ -25,6 +26,7 @@ class Sequence {
 
   int id = 0;                   // sequence id in the KvCache
   std::vector<int32_t> tokens;  // the sequence: cached tokens, then the prompt's rest or `last`
+  std::vector<MediaSpan> media;  // soft-token spans of `tokens` (their ids are the <pad> placeholder)
   int n_cached = 0;             // == kv.seq_len(id)
   bool generating = false;      // tokens.back() was sampled and is not in the cache yet
   // After the prompt's last token, sample the first token (generation) or only keep the prompt's

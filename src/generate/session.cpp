@@ -61,11 +61,11 @@ void Session::truncate(int n) {
   seq_.hidden.clear();
 }
 
-int Session::set_tokens(const std::vector<int32_t>& tokens) {
+int Session::set_tokens(const std::vector<int32_t>& tokens, const std::vector<generate::MediaSpan>& media) {
   if (tokens.empty()) throw std::invalid_argument("empty prompt");
   if (seq_.generating) engine_.finish(seq_);
   seq_.sampler.reset();
-  const generate::StartInfo info = engine_.start(seq_, tokens);
+  const generate::StartInfo info = engine_.start(seq_, tokens, {}, media);
   run_prompt();
   return int(tokens.size()) - info.reused;
 }

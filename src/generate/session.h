@@ -35,8 +35,9 @@ class Session {
 
   // Makes the sequence equal to `tokens`, reusing the common prefix with what is cached, and computes
   // the logits of the last token. Returns the number of tokens processed (the rest were reused).
-  // Throws std::invalid_argument when the tokens do not fit the context.
-  int set_tokens(const std::vector<int32_t>& tokens);
+  // Throws std::invalid_argument when the tokens do not fit the context. `media`: soft-token spans of
+  // `tokens` (generate/media_span.h).
+  int set_tokens(const std::vector<int32_t>& tokens, const std::vector<generate::MediaSpan>& media = {});
   // Appends tokens and computes the logits of the last one. Returns the number processed.
   int append(const std::vector<int32_t>& tokens);
   void push(int32_t token) { append({token}); }

@@ -48,6 +48,7 @@ class Forward {
 
   PlanSwitches switches;
   int ubatch = 512;
+  const ModelConfig& config() const { return c_; }
   ForwardStats stats;
 
   // Runs every row of `batch` (appending K/V to `kv`) and fills `out` with the requested outputs.

@@ -1,0 +1,36 @@
+#include "generate/media_span.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace gem4::generate {
+
+uint64_t media_hash(const std::vector<float>& embd) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(embd.data());
+  for (size_t i = 0; i < embd.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int media_common_prefix(const std::vector<MediaSpan>& cached, const std::vector<MediaSpan>& wanted, int n) {
+  // A span that starts inside the prefix must be in both, unchanged; the prefix ends where one is not.
+  for (const auto* list : {&wanted, &cached}) {
+    const auto& other = list == &wanted ? cached : wanted;
+    for (const MediaSpan& s : *list) {
+      if (s.first >= n) continue;
+      const bool found =
+          std::any_of(other.begin(), other.end(), [&](const MediaSpan& o) { return o.same_as(s); });
+      if (!found) n = s.first;
+    }
+  }
+  return n;
+}
+
+int first_media_position(const std::vector<MediaSpan>& spans) {
+  int f = INT_MAX;
+  for (const MediaSpan& s : spans) f = std::min(f, s.first);
+  return f;
+}
+
+}  // namespace gem4::generate
