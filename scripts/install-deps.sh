@@ -6,7 +6,11 @@ packages=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev 
           libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev tmux nodejs
           python3 python3-jsonschema libstb-dev  # libstb-dev: stb_image decodes images as llama.cpp does
           chromium chromium-driver nginx wrk  # the chat page test; replicas behind nginx; the load test
-          g++-aarch64-linux-gnu qemu-user-static ccache)  # make test-arm64: cross build, run under emulation
+          ccache)
+# make test-arm64 on an x86-64 machine: the AArch64 cross compiler and user-mode emulation.
+if [ "$(uname -m)" = x86_64 ]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user-static)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
