@@ -83,6 +83,34 @@ TEST_P(AudioEncoderRef, EveryStageMatchesLlamaCpp) {
 INSTANTIATE_TEST_SUITE_P(MtmdRef, AudioEncoderRef, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.id).substr(7, 4); });
 
+// A clip longer than 30 s is encoded in independent 30 s chunks, as mtmd does: the rows are the
+// chunks' own rows one after the other.
+TEST(AudioEncoderFile, LongClipsAreEncodedInThirtySecondChunks) {
+  const auto mmproj = MmprojFile::open(mtmd("models/gemma4-tiny-audio.gguf"));
+  const AudioEncoder enc(*mmproj);
+  std::vector<float> pcm(static_cast<size_t>(kMelChunkSamples + 3 * kMelSampleRate));
+  for (size_t i = 0; i < pcm.size(); ++i)
+    pcm[i] = 0.2f * float(std::sin(0.002 * double(i) * (1 + double(i) * 1e-6)));
+  const int64_t t0 = AudioEncoder::n_tokens_for_frames(mel_frame_count(kMelChunkSamples));
+  const int64_t t1 = AudioEncoder::n_tokens_for_frames(mel_frame_count(3 * kMelSampleRate));
+  EXPECT_EQ(t0, 750);
+  EXPECT_EQ(enc.n_tokens(pcm), t0 + t1);
+  std::vector<int> chunks_seen;
+  const std::vector<float> all =
+      enc.encode(pcm, nullptr, [&](int chunk, const std::string& name, const float*, int64_t, int64_t) {
+        if (name == "embd") chunks_seen.push_back(chunk);
+      });
+  EXPECT_EQ(chunks_seen, (std::vector<int>{0, 1}));
+  const int64_t d = enc.n_embd_out();
+  ASSERT_EQ(all.size(), size_t((t0 + t1) * d));
+  const std::vector<float> head(pcm.begin(), pcm.begin() + kMelChunkSamples),
+      tail(pcm.begin() + kMelChunkSamples, pcm.end());
+  const std::vector<float> a = enc.encode(head, nullptr), b = enc.encode(tail, nullptr);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), all.begin()));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), all.begin() + t0 * d));
+  EXPECT_THROW(enc.encode(std::vector<float>(1, 0.5f), nullptr), AudioError);
+}
+
 // The tiny audio projector rewritten through `edit` (metadata and tensors), opened from memory.
 struct Rewrite {
   std::function<bool(const std::string& key, gguf::Value& v)> key;               // false: drop the key

@@ -170,13 +170,19 @@ int64_t AudioEncoder::n_tokens(const std::vector<float>& pcm16k) const {
 
 std::vector<float> AudioEncoder::encode(const std::vector<float>& pcm16k, ThreadPool* pool,
                                         const AudioTrace& trace) const {
-  const std::vector<LogMel> chunks = log_mel_chunks(pcm16k, hp_.n_mel);
-  if (chunks.empty())
+  const int64_t total = n_tokens(pcm16k);
+  if (total == 0)
     throw AudioError("audio of " + std::to_string(pcm16k.size()) +
                      " samples at 16 kHz is too short for one mel frame");
+  // One 30 s chunk at a time (log_mel_chunks' split): a long clip never holds all its features at once.
   std::vector<float> rows;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const std::vector<float> r = encode_mel(chunks[c], pool, trace, int(c));
+  rows.reserve(size_t(total) * size_t(hp_.n_embd_out));
+  const int64_t n = int64_t(pcm16k.size());
+  int chunk = 0;
+  for (int64_t off = 0; off < n; off += kMelChunkSamples) {
+    const LogMel mel = log_mel_gemma4a(pcm16k.data() + off, std::min(kMelChunkSamples, n - off), hp_.n_mel);
+    if (mel.frames == 0) continue;  // a trailing sample too short for a frame (log_mel_chunks drops it too)
+    const std::vector<float> r = encode_mel(mel, pool, trace, chunk++);
     rows.insert(rows.end(), r.begin(), r.end());
   }
   return rows;
