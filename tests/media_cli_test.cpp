@@ -84,4 +84,22 @@ TEST(MediaCli, EncodeErrorsNameTheProblem) {
   EXPECT_NE(r.err.find("general.architecture"), std::string::npos) << r.err;
 }
 
+TEST(MediaCli, RunWithAnImage) {
+  const std::string model = mtmd("models/gemma4-tiny-mmvocab-f32.gguf");
+  const std::string vision = mtmd("models/gemma4-tiny-vision.gguf");
+  Result r = gem4("run -m '" + model + "' --mmproj '" + vision + "' --image '" +
+                  mtmd("inputs/img1-rgba-320x240.png") + "' --image '" +
+                  mtmd("inputs/img2-photo-200x300.jpg") + "' --chat -p 'Describe these.' -n 4 --temp 0 -t 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("img1-rgba-320x240.png: 48 soft tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("img2-photo-200x300.jpg: 48 soft tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("generation: 4 tokens"), std::string::npos) << r.err;
+  r = gem4("run -m '" + model + "' --image x.png -p hi -n 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--image and --audio need --mmproj"), std::string::npos) << r.err;
+  r = gem4("run -m '" + model + "' --mmproj '" + vision + "' --image /nonexistent.png -p hi -n 1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("/nonexistent.png"), std::string::npos) << r.err;
+}
+
 }  // namespace

@@ -1,6 +1,8 @@
 // Media in the text model's prompt, against llama.cpp's mtmd flow (../shared/testdata/mtmd-ref): soft
 // tokens enter unscaled with the <pad> row as their per-layer-embedding token, the image's rows attend
 // to each other (no causal mask among them), and the logits of the prompt match.
+#include "generate/media_prompt.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -14,6 +16,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace gem4 {
 namespace {
@@ -200,6 +203,50 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
   auto bad = media_of(e1);
   bad[0].count = 47;
   EXPECT_THROW(s.set_tokens(ids, bad), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace gem4
+
+namespace gem4 {
+namespace {
+
+// The prompt as llama.cpp's mtmd builds it: the tokenized text with the placeholder, expanded into
+// <|image> + 48 soft tokens + <image|>, gives the reference's token ids and its logits.
+TEST(MediaPrompt, PlaceholdersExpandToTheReferenceLayout) {
+  const nlohmann::json info = info_of("vision__img1-rgba-320x240");
+  auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
+  const auto tok = text::Tokenizer::from_gguf(*model->file);
+  std::vector<int32_t> ids =
+      tok.encode("<|turn>user\n<|image|>Describe this image.<turn|>\n<|turn>model\n", true, true);
+  generate::MediaInput m;
+  m.embd =
+      std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/embd.f32")));
+  m.rows = 48;
+  m.hash = generate::media_hash(*m.embd);
+  const auto spans = generate::expand_media(ids, tok, {m});
+  std::vector<int32_t> want = info["chunks"][0]["ids"].get<std::vector<int32_t>>();
+  want.insert(want.end(), 48, tok.pad());
+  for (int id : info["chunks"][2]["ids"].get<std::vector<int32_t>>()) want.push_back(id);
+  EXPECT_EQ(ids, want);
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].first, 7);
+  EXPECT_EQ(spans[0].count, 48);
+  EXPECT_TRUE(spans[0].bidirectional);
+  SessionOptions opt;
+  opt.n_ctx = 256;
+  opt.kv_type = KvType::F32;
+  Session s(*model, nullptr, opt);
+  s.set_tokens(ids, spans);
+  const auto ref = test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/logits_last.f32"));
+  EXPECT_LE(test::max_abs_diff(s.logits(), ref.data(), ref.size()), kTextBaseline);
+  // A prompt without the placeholder gets it after BOS; more placeholders than media is an error.
+  std::vector<int32_t> plain = tok.encode("Describe this image.", true, true);
+  const auto added = generate::expand_media(plain, tok, {m});
+  ASSERT_EQ(added.size(), 1u);
+  EXPECT_EQ(added[0].first, 2);  // <bos> <|image>
+  std::vector<int32_t> two = tok.encode("<|image|><|image|>", true, true);
+  EXPECT_THROW(generate::expand_media(two, tok, {m}), std::invalid_argument);
 }
 
 }  // namespace

@@ -49,9 +49,11 @@ bool Args::parse(int argc, char** argv, int first) {
         values_[d->names[0]] = "1";
       } else if (has_inline) {
         values_[d->names[0]] = inline_value;
+        all_values_[d->names[0]].push_back(inline_value);
       } else {
         if (i + 1 >= argc) throw ArgError(command_ + ": flag '" + a + "' needs a value (" + d->meta + ")");
         values_[d->names[0]] = argv[++i];
+        all_values_[d->names[0]].push_back(argv[i]);
       }
     } else {
       positional_.push_back(a);
@@ -74,6 +76,11 @@ std::string Args::help() const {
     o << "\n";
   }
   return o.str();
+}
+
+std::vector<std::string> Args::all(const std::string& name) const {
+  auto it = all_values_.find(decl(name).names[0]);
+  return it == all_values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 bool Args::has(const std::string& name) const { return values_.count(decl(name).names[0]) > 0; }

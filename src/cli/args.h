@@ -32,6 +32,7 @@ class Args {
   double number(const std::string& name) const;
   bool on(const std::string& name) const;
   std::vector<std::string> list(const std::string& name) const;  // comma-separated
+  std::vector<std::string> all(const std::string& name) const;   // every value given (a repeatable flag)
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
@@ -44,6 +45,7 @@ class Args {
   std::string command_, summary_;
   std::vector<Decl> decls_;
   std::map<std::string, std::string> values_;  // keyed by the first name
+  std::map<std::string, std::vector<std::string>> all_values_;  // every occurrence, in order
   std::vector<std::string> positional_;
 };
 

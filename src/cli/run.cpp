@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/generation_options.h"
+#include "cli/media_input.h"
 #include "generate/generate.h"
 #include "generate/speculative.h"
 #include "kernels/thread_pool.h"
@@ -58,6 +59,7 @@ int cmd_run(int argc, char** argv, int first) {
   declare_sampling_flags(a);
   declare_constraint_flags(a);
   declare_session_flags(a);
+  declare_media_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
     return 0;
@@ -75,16 +77,28 @@ int cmd_run(int argc, char** argv, int first) {
                t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(), model->packed_origin.c_str(),
                seconds_since_process_start() - t_load1);
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
+  ThreadPool pool(thread_count(a));
+  // Images and audio: encoded by the projector, their soft tokens placed where the prompt's
+  // placeholders are (in chat mode the user turn starts with them; plain prompts may hold <|image|>).
+  const auto encoders = media_encoders(a, model->config.d_model);
+  const std::vector<generate::MediaInput> media = media_from_flags(a, encoders.get(), &pool);
 
   generate::GenerateRequest req;
   if (chat) {
     nlohmann::json messages = nlohmann::json::array();
     if (a.has("--system")) messages.push_back({{"role", "system"}, {"content", a.str("--system")}});
-    messages.push_back({{"role", "user"}, {"content", prompt_text}});
+    nlohmann::json content = prompt_text;
+    if (!media.empty()) {
+      content = nlohmann::json::array();
+      for (const auto& m : media) content.push_back({{"type", m.image ? "image" : "audio"}});
+      content.push_back({{"type", "text"}, {"text", prompt_text}});
+    }
+    messages.push_back({{"role", "user"}, {"content", content}});
     req.prompt = chat_prompt_tokens(tokenizer, messages, a.on("--think"), add_bos);
   } else {
     req.prompt = tokenizer.encode(prompt_text, add_bos, /*parse_special=*/true);
   }
+  req.media = generate::expand_media(req.prompt, tokenizer, media);
   if (req.prompt.empty()) throw ArgError("run: the prompt is empty (give a text, or drop --no-bos)");
   req.sampling = sampling_params(a, *model->file);
   req.constraint = constraint_from_flags(a, tokenizer);
@@ -92,7 +106,6 @@ int cmd_run(int argc, char** argv, int first) {
 
   const SessionOptions opt = session_options(a, *model);
   generate::check_context(int(req.prompt.size()), opt.n_ctx);
-  ThreadPool pool(thread_count(a));
   Session session(*model, &pool, opt);
   std::fprintf(stderr, "%s\n", describe_sampling(req.sampling).c_str());
 
