@@ -233,6 +233,11 @@ TEST(AudioWav, RefusesBadFiles) {
     std::memcpy(w.data() + data_at, "dat4", 4);
     expect_error(w, "no \"data\"");
   }
+  {
+    // More than an hour (here at 1 kHz, 2 bytes a frame): refused after the header checks, before decoding.
+    const std::vector<uint8_t> long_pcm(size_t(3601) * 1000 * 2, 0);
+    expect_error(make_wav(1, 1, 1000, 16, long_pcm), "3601 s");
+  }
   EXPECT_THROW(read_wav_16k_mono("/nonexistent/clip.wav"), AudioError);
   try {
     read_wav_16k_mono("/nonexistent/clip.wav");

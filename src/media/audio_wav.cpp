@@ -154,6 +154,9 @@ MonoPcm decode_wav_mono(const uint8_t* data, size_t size, const std::string& nam
   }
   fmt.frames = data_bytes / fmt.block_align;
   if (fmt.frames == 0) fail(name, "no audio samples (empty \"data\" chunk)");
+  if (fmt.frames > kWavMaxFrames)
+    fail(name, std::to_string(fmt.frames) + " frames (at most " + std::to_string(kWavMaxFrames) +
+                   ", an hour at 48 kHz, are read)");
   if (double(fmt.frames) / fmt.sample_rate > kWavMaxSeconds)
     fail(name, "audio of " + std::to_string(uint64_t(double(fmt.frames) / fmt.sample_rate)) + " s (at most " +
                    std::to_string(uint64_t(kWavMaxSeconds)) + " s are read)");

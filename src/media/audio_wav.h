@@ -25,7 +25,10 @@ inline constexpr uint32_t kWavMaxChannels = 254;  // miniaudio's MA_MAX_CHANNELS
 inline constexpr uint32_t kWavMinRate = 1000;
 inline constexpr uint32_t kWavMaxRate = 768000;
 inline constexpr size_t kWavMaxFileBytes = size_t(1) << 31;  // 2 GiB
-inline constexpr double kWavMaxSeconds = 4 * 3600.0;         // longer audio is refused
+// An hour is ~45,000 soft tokens, a third of the E-models' context; and at most an hour at 48 kHz of
+// frames, so the decoded mono f32 stays under 700 MB whatever the rate.
+inline constexpr double kWavMaxSeconds = 3600.0;
+inline constexpr uint64_t kWavMaxFrames = uint64_t(3600) * 48000;
 
 struct WavFormat {
   uint16_t format_tag = 0;  // 1 PCM, 3 IEEE float (the sub-format's tag for EXTENSIBLE files)
