@@ -25,10 +25,14 @@ struct Result {
   std::string out, err;
 };
 
-Result gem4(const std::string& args) {
+Result gem4(const std::string& args, const std::string& input = "") {
   const std::string base = "/tmp/gem4_media_cli_" + std::to_string(getpid());
+  {
+    std::ofstream f(base + ".in", std::ios::binary);
+    f << input;
+  }
   const std::string cmd = std::string("'") + GEM4_BINARY + "' " + args + " > '" + base + ".out' 2> '" + base +
-                          ".err' < /dev/null";
+                          ".err' < '" + base + ".in'";
   Result r;
   const int status = std::system(cmd.c_str());
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -36,6 +40,7 @@ Result gem4(const std::string& args) {
   r.err = read_all(base + ".err");
   std::remove((base + ".out").c_str());
   std::remove((base + ".err").c_str());
+  std::remove((base + ".in").c_str());
   return r;
 }
 
@@ -100,6 +105,26 @@ TEST(MediaCli, RunWithAnImage) {
   r = gem4("run -m '" + model + "' --mmproj '" + vision + "' --image /nonexistent.png -p hi -n 1");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("/nonexistent.png"), std::string::npos) << r.err;
+}
+
+TEST(MediaCli, ChatImageCommand) {
+  const std::string model = mtmd("models/gemma4-tiny-mmvocab-f32.gguf");
+  const std::string vision = mtmd("models/gemma4-tiny-vision.gguf");
+  const std::string img1 = mtmd("inputs/img1-rgba-320x240.png"), img2 = mtmd("inputs/img2-photo-200x300.jpg");
+  const Result r = gem4(
+      "chat -m '" + model + "' --mmproj '" + vision + "' -n 2 --temp 0 -t 2 -c 1024",
+      "/image " + img1 + "\nDescribe it.\n/image /nonexistent.png\n/image " + img2 + "\nCompare.\n/exit\n");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("[image " + img1 + " attached to the next message]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error: /nonexistent.png: cannot open the image file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[prompt: 92 new tokens, 0 reused]"), std::string::npos) << r.err;  // 48 soft tokens
+  // The second turn reuses the first (its image included) up to where the earlier reply begins.
+  const size_t second = r.err.find("[prompt: ", r.err.find("[prompt: 92") + 1);
+  ASSERT_NE(second, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(" 0 reused", second), std::string::npos) << r.err.substr(second);
+  const Result no_proj = gem4("chat -m '" + model + "' -n 1 -t 2", "/image " + img1 + "\n/exit\n");
+  EXPECT_EQ(no_proj.rc, 0);
+  EXPECT_NE(no_proj.err.find("/image PATH needs gem4 chat --mmproj FILE"), std::string::npos) << no_proj.err;
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // the empty channel of the generation prompt, so the cache diverges where that turn began). Each turn
 // reports on stderr, in this stable format:
 //   [prompt: N new tokens, M reused] [reply: G tokens, T t/s, stop: REASON]
-// Commands: /reset (forget the conversation, keep the system message), /exit (or end of input).
+// Commands: /reset (forget the conversation, keep the system message), /exit (or end of input),
+// /image PATH (with --mmproj: the image goes with the next message; --image PATH does it for the first).
 // --session FILE keeps the conversation in FILE (rewritten atomically after every turn) and its
 // prompts' K/V in the prompt cache (--prompt-cache, else the folder FILE.kv), so a later
 // `gem4 chat --session FILE` goes on where it stopped without recomputing the conversation.
@@ -26,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/generation_options.h"
+#include "cli/media_input.h"
 #include "generate/generate.h"
 #include "kernels/thread_pool.h"
 #include "text/tokenizer.h"
@@ -112,6 +114,7 @@ int cmd_chat(int argc, char** argv, int first) {
   declare_sampling_flags(a);
   declare_constraint_flags(a);
   declare_session_flags(a);
+  declare_media_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
     return 0;
@@ -140,6 +143,16 @@ int cmd_chat(int argc, char** argv, int first) {
                                         session.kv(), *session.store());
   }
   session.engine().set_disk(prompt_cache.get());
+  // Media: every image of the conversation in order (what the template's placeholders stand for), and
+  // those waiting for the next message. A session file keeps each image's path and re-encodes it.
+  const auto encoders = media_encoders(a, model->config.d_model);
+  struct Attached {
+    std::string path;
+    generate::MediaInput input;
+  };
+  std::vector<Attached> conversation_media, pending;
+  for (const std::string& p : a.all("--image")) pending.push_back({p, encoders->image(p, &pool)});
+  if (a.has("--audio")) throw ArgError("chat: --audio is not supported in chat yet");
 
   nlohmann::json system_turn = nlohmann::json::array();
   if (a.has("--system")) system_turn.push_back({{"role", "system"}, {"content", a.str("--system")}});
@@ -151,6 +164,14 @@ int cmd_chat(int argc, char** argv, int first) {
       if (!messages.empty() && messages[0].value("role", "") == "system") {
         system_turn = nlohmann::json::array({messages[0]});
       }
+      for (const auto& m : messages)
+        if (m.contains("content") && m["content"].is_array())
+          for (const auto& part : m["content"])
+            if (part.value("type", "") == "image") {
+              if (!encoders) throw ArgError("chat: --session " + session_file + " holds images: give --mmproj FILE");
+              const std::string p = part.value("path", "");
+              conversation_media.push_back({p, encoders->image(p, &pool)});
+            }
       std::fprintf(stderr, "chat: resumed %zu messages from %s\n", messages.size(), session_file.c_str());
     }
   }
@@ -169,14 +190,41 @@ int cmd_chat(int argc, char** argv, int first) {
     const std::string input = trim(line);
     if (input.empty()) continue;
     if (input == "/exit" || input == "/quit") break;
+    if (input.rfind("/image", 0) == 0 && (input.size() == 6 || input[6] == ' ')) {
+      const std::string path = trim(input.substr(6));
+      if (!encoders || path.empty()) {
+        std::fprintf(stderr, "error: /image PATH needs gem4 chat --mmproj FILE\n");
+        continue;
+      }
+      try {
+        pending.push_back({path, encoders->image(path, &pool)});
+        std::fprintf(stderr, "[image %s attached to the next message]\n", path.c_str());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+      }
+      continue;
+    }
     if (input == "/reset") {
+      conversation_media.clear();
       messages = system_turn;
       if (!session_file.empty()) write_session(session_file, messages);
       std::fprintf(stderr, "[conversation reset]\n");
       continue;
     }
-    messages.push_back({{"role", "user"}, {"content", input}});
+    nlohmann::json content = input;
+    if (!pending.empty()) {
+      content = nlohmann::json::array();
+      for (const Attached& m : pending) content.push_back({{"type", "image"}, {"path", m.path}});
+      content.push_back({{"type", "text"}, {"text", input}});
+    }
+    messages.push_back({{"role", "user"}, {"content", content}});
+    const size_t media_before = conversation_media.size();
+    conversation_media.insert(conversation_media.end(), pending.begin(), pending.end());
+    pending.clear();
     req.prompt = chat_prompt_tokens(tokenizer, messages, think, add_bos);
+    std::vector<generate::MediaInput> media;
+    for (const Attached& m : conversation_media) media.push_back(m.input);
+    req.media = generate::expand_media(req.prompt, tokenizer, media);
 
     ReplyPrinter printer;
     g_interrupted.store(false);
@@ -192,6 +240,7 @@ int cmd_chat(int argc, char** argv, int first) {
       g_generating.store(false);
       std::fprintf(stderr, "error: %s; /reset starts over\n", e.what());
       messages.erase(messages.end() - 1);
+      conversation_media.resize(media_before);
       continue;
     } catch (...) {
       g_generating.store(false);
