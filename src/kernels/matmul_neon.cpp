@@ -5,9 +5,11 @@
 //    block as scalar_int8 does (the same bits: round half to even, fp16 scales), each 4-row group of
 //    weights decoded once to signed bytes (level - offset), the set's tile for the integer sums, then
 //    scalar_int8's float steps per block. Every AArch64 set gives the Scalar set's results bit for bit.
-//  * F32, F16, BF16 and the K-quants: weight rows in f32 (converted or dequantized once per 4-row
-//    group), dots with FMA in 4 lanes, the lanes added in a fixed order, then the tail. The K-quants do
-//    not use 8-bit activations here (the x86 sets do): a smaller, slower but exact-weight path.
+//  * Q4_K, Q5_K: the same tiles on their 32-element sub-blocks with llama.cpp's Q8_K activations (one
+//    scale per 256, as the x86 sets), sum += (d_x d sc) isum + (-dmin m)(d_x sum q) per sub-block.
+//  * F32, F16, BF16 and Q6_K: weight rows in f32 (converted or dequantized once per 4-row group), dots
+//    with FMA in 4 lanes, the lanes added in a fixed order, then the tail. (Q6_K's 16-element scales do
+//    not fit the 32-element tiles; the x86 sets multiply it with 8-bit activations, this path in f32.)
 // Batch invariance: every output is computed by the same operations whichever tile or thread it falls
 // in; integer sums are exact.
 #include <arm_neon.h>
@@ -15,6 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/matmul_internal.h"
 #include "kernels/ops_internal.h"
@@ -84,6 +88,32 @@ void quantize_rows(const float* x, int64_t rows, int64_t ldx, int64_t nb, bool i
       quantize_block(x + r * ldx + b * kQK, tmp, d + i, s + i);
       int8_t* pair = q + ((r / 2) * nb + b) * 64 + 8 * (r % 2);
       for (int c = 0; c < 4; ++c) std::memcpy(pair + 16 * c, tmp + 8 * c, 8);
+    }
+  }
+}
+
+// The same layout from llama.cpp's Q8_K activations (quantize_row_q8_k, one f32 scale per 256 values),
+// for the K-quants: per 32-element block the super-block's d and s = d * (the block's sum of q).
+void quantize_rows_q8k(const float* x, int64_t rows, int64_t ldx, int64_t in, bool interleaved, int8_t* q,
+                       float* d, float* s) {
+  const int64_t nb = in / kQK;
+  if (interleaved && rows % 2) std::memset(q + (rows - 1) * nb * 32, 0, size_t(nb) * 64);
+  std::vector<BlockQ8_K> blocks(size_t(in / kQKK));
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row_q8_k(x + r * ldx, blocks.data(), in);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_K& k = blocks[size_t(b / 8)];
+      const int sub = int(b % 8);
+      const int64_t i = r * nb + b;
+      d[i] = k.d;
+      s[i] = k.d * float(k.bsums[2 * sub] + k.bsums[2 * sub + 1]);
+      const int8_t* src = k.qs + 32 * sub;
+      if (!interleaved) {
+        std::memcpy(q + i * 32, src, 32);
+        continue;
+      }
+      int8_t* pair = q + ((r / 2) * nb + b) * 64 + 8 * (r % 2);
+      for (int c = 0; c < 4; ++c) std::memcpy(pair + 16 * c, src + 8 * c, 8);
     }
   }
 }
@@ -160,18 +190,47 @@ inline void decode_block(GgmlType t, const uint8_t* blk, int8x16_t* lo, int8x16_
   }
 }
 
+// 32-element sub-block b of a Q4_K or Q5_K row as unsigned levels (elements 0-15, 16-31), the
+// sub-block's scale d * sc and its additive min -(dmin * m), as dequantize_row forms them.
+template <GgmlType T>
+void decode_k_block(const uint8_t* row, int64_t b, int8x16_t* lo, int8x16_t* hi, float* d, float* m) {
+  using Block = std::conditional_t<T == GgmlType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  const Block& blk = reinterpret_cast<const Block*>(row)[b / 8];
+  const int j = int(b % 8), c = j / 2;
+  uint8_t sc, mn;
+  k_quant_scale_min(j, blk.scales, &sc, &mn);
+  *d = half_to_float(blk.d) * float(sc);
+  *m = -(half_to_float(blk.dmin) * float(mn));
+  const uint8x16_t q0 = vld1q_u8(blk.qs + 32 * c), q1 = vld1q_u8(blk.qs + 32 * c + 16);
+  const uint8x16_t low4 = vdupq_n_u8(0x0F);
+  uint8x16_t u0 = j % 2 ? vshrq_n_u8(q0, 4) : vandq_u8(q0, low4);
+  uint8x16_t u1 = j % 2 ? vshrq_n_u8(q1, 4) : vandq_u8(q1, low4);
+  if constexpr (T == GgmlType::Q5_K) {  // bit 4 of element l of sub-block j: bit j of qh[l]
+    const uint8x16_t bit = vdupq_n_u8(uint8_t(1u << j)), sixteen = vdupq_n_u8(0x10);
+    u0 = vorrq_u8(u0, vandq_u8(vtstq_u8(vld1q_u8(blk.qh), bit), sixteen));
+    u1 = vorrq_u8(u1, vandq_u8(vtstq_u8(vld1q_u8(blk.qh + 16), bit), sixteen));
+  }
+  *lo = vreinterpretq_s8_u8(u0);
+  *hi = vreinterpretq_s8_u8(u1);
+}
+
 // Weight rows [o0, o0 + 4) (past the end: the last row again) in the tile's layout, with their scales
 // and mins per block (dw, mw: nb x 4). One copy per type, so that the decode has no type switch.
 template <GgmlType T>
 void decode_group_of(const MatrixView& w, int64_t o0, int64_t nb, bool interleaved, int8_t* panel, float* dw,
                      float* mw) {
-  const size_t block_bytes = ggml_row_bytes(T, kQK);
+  constexpr bool kK = T == GgmlType::Q4_K || T == GgmlType::Q5_K;
+  const size_t block_bytes = kK ? 0 : ggml_row_bytes(T, kQK);
   const uint8_t* rows[kGroupRows];
   for (int j = 0; j < kGroupRows; ++j) rows[j] = row_ptr(w, o0 + j);
   for (int64_t b = 0; b < nb; ++b) {
     int8x16_t lo[kGroupRows], hi[kGroupRows];
     for (int j = 0; j < kGroupRows; ++j)
-      decode_block(T, rows[j] + b * block_bytes, &lo[j], &hi[j], &dw[b * 4 + j], &mw[b * 4 + j]);
+      if constexpr (kK) {
+        decode_k_block<T>(rows[j], b, &lo[j], &hi[j], &dw[b * 4 + j], &mw[b * 4 + j]);
+      } else {
+        decode_block(T, rows[j] + b * block_bytes, &lo[j], &hi[j], &dw[b * 4 + j], &mw[b * 4 + j]);
+      }
     int8_t* out = panel + b * 128;
     if (!interleaved) {
       for (int j = 0; j < kGroupRows; ++j) {
@@ -202,6 +261,10 @@ void decode_group(const MatrixView& w, int64_t o0, int64_t nb, bool interleaved,
       return decode_group_of<GgmlType::Q4_1>(w, o0, nb, interleaved, panel, dw, mw);
     case GgmlType::Q5_0:
       return decode_group_of<GgmlType::Q5_0>(w, o0, nb, interleaved, panel, dw, mw);
+    case GgmlType::Q4_K:
+      return decode_group_of<GgmlType::Q4_K>(w, o0, nb, interleaved, panel, dw, mw);
+    case GgmlType::Q5_K:
+      return decode_group_of<GgmlType::Q5_K>(w, o0, nb, interleaved, panel, dw, mw);
     default:
       return decode_group_of<GgmlType::Q5_1>(w, o0, nb, interleaved, panel, dw, mw);
   }
@@ -209,14 +272,19 @@ void decode_group(const MatrixView& w, int64_t o0, int64_t nb, bool interleaved,
 
 void int8_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                  ThreadPool* pool, Int8Tile tile) {
-  const bool has_min = int8_format(w.type).has_min;
+  const bool k_quant = w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K;
+  const bool has_min = k_quant || int8_format(w.type).has_min;
   const int64_t nb = w.in / kQK;
   const int64_t padded_rows = tile.interleaved ? (rows + 1) / 2 * 2 : rows;
   const size_t q_bytes = size_t(padded_rows * nb) * 32;
   auto* q = static_cast<int8_t*>(thread_scratch(kSlotActivations, q_bytes + 2 * sizeof(float) * rows * nb));
   float* dx = reinterpret_cast<float*>(q + q_bytes);
   float* sx = dx + rows * nb;
-  quantize_rows(x, rows, ldx, nb, tile.interleaved, q, dx, sx);
+  if (k_quant) {
+    quantize_rows_q8k(x, rows, ldx, w.in, tile.interleaved, q, dx, sx);
+  } else {
+    quantize_rows(x, rows, ldx, nb, tile.interleaved, q, dx, sx);
+  }
   const int64_t groups = (w.out + kGroupRows - 1) / kGroupRows;
   parallel_for(pool, groups, kGroupsPerChunk, [&](int64_t g0, int64_t g1, int) {
     const size_t panel_bytes = size_t(nb) * 128, scale_floats = size_t(nb) * 4;
@@ -342,7 +410,8 @@ void float_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx
 
 void matmul_neon(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                  ThreadPool* pool, Isa isa) {
-  if (!is_int8_type(w.type)) return float_matmul(w, x, rows, ldx, y, ldy, pool);
+  if (!is_int8_type(w.type) && w.type != GgmlType::Q4_K && w.type != GgmlType::Q5_K)
+    return float_matmul(w, x, rows, ldx, y, ldy, pool);
   const Int8Tile tile = isa == Isa::NeonI8mm      ? int8_tile_i8mm()
                         : isa == Isa::NeonDotprod ? int8_tile_dotprod()
                                                   : int8_tile_neon();
