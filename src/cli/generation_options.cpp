@@ -18,7 +18,7 @@ namespace gem4::cli {
 void declare_session_flags(Args& a) {
   a.value("-c,--ctx", "N", "context size in tokens", "the model's, at most 4096");
   a.value("--ubatch", "N", "micro-batch size for prompt processing", "512");
-  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f16");
   a.value("--cache-ram", "MIB", "memory for K/V snapshots of past prefixes (0: off)", "256");
   a.value("--prompt-cache", "DIR", "keep prompt prefixes' K/V on disk in DIR, across runs");
   a.value("--prompt-cache-mib", "MIB", "size cap of the --prompt-cache folder", "4096");

@@ -25,7 +25,7 @@ int cmd_perplexity(int argc, char** argv, int first) {
   a.value("-c,--ctx", "N", "tokens per chunk", "512");
   a.value("--ubatch", "N", "micro-batch size", "512");
   a.value("--chunks", "N", "score at most N chunks");
-  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f32");
+  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f32");
   declare_thread_flag(a);
   declare_load_flags(a);
   declare_plan_flags(a);
@@ -53,8 +53,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
   int n_chunks = int(tokens.size()) / n_ctx;
   if (a.has("--chunks")) n_chunks = std::min<int>(n_chunks, int(a.integer("--chunks")));
   if (n_chunks < 1)
-    throw std::runtime_error("perplexity: the text has " + std::to_string(tokens.size()) + " tokens, fewer than --ctx " +
-                             std::to_string(n_ctx));
+    throw std::runtime_error("perplexity: the text has " + std::to_string(tokens.size()) +
+                             " tokens, fewer than --ctx " + std::to_string(n_ctx));
   const int32_t bos = int32_t(model->file->get_int_or("tokenizer.ggml.bos_token_id", 2));
 
   ThreadPool pool(thread_count(a));
@@ -66,7 +66,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
   double nll = 0, nll2 = 0;
   long long count = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "perplexity: %zu tokens, %d chunks of %d\n", tokens.size(), n_chunks, n_ctx);
+  std::fprintf(stderr, "perplexity: %zu tokens, %d chunks of %d; KV cache %s (%zu bytes)\n", tokens.size(),
+               n_chunks, n_ctx, kv_type_name(kv.type()), kv.bytes());
   for (int ch = 0; ch < n_chunks; ++ch) {
     kv.clear(0);
     Batch batch;
@@ -97,7 +98,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
   const double var = nll2 / count - mean * mean;
   const double ppl = std::exp(mean);
   const double err = count > 1 ? ppl * std::sqrt(std::max(0.0, var) / (count - 1)) : 0.0;
-  std::fprintf(stderr, "\nscored %lld tokens in %.2f s (%.1f tokens/s)\n", count, secs, n_chunks * double(n_ctx) / secs);
+  std::fprintf(stderr, "\nscored %lld tokens in %.2f s (%.1f tokens/s)\n", count, secs,
+               n_chunks * double(n_ctx) / secs);
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
   return 0;
 }

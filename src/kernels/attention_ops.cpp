@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cpu_features.h"
+#include "tensor/blocks.h"
 #include "tensor/quant.h"
 
 namespace gem4 {
@@ -28,9 +30,21 @@ float element(GgmlType type, const void* row, int64_t i) {
       return fp16_to_fp32(static_cast<const uint16_t*>(row)[i]);
     case GgmlType::BF16:
       return bf16_to_fp32(static_cast<const uint16_t*>(row)[i]);
+    case GgmlType::Q8_0: {
+      const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[i / kQK];
+      return fp16_to_fp32(b.d) * float(b.qs[i % kQK]);
+    }
     default:
-      throw std::logic_error("weighted_value_sum: value rows must be F32, F16 or BF16");
+      throw std::logic_error("weighted_value_sum: value rows must be F32, F16, BF16 or Q8_0");
   }
+}
+
+void check_type(GgmlType type, int64_t v_col) {
+  if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16 && type != GgmlType::Q8_0)
+    throw std::logic_error("weighted_value_sum: value rows must be F32, F16, BF16 or Q8_0");
+  if (type == GgmlType::Q8_0 && v_col % kQK != 0)
+    throw std::logic_error("weighted_value_sum: Q8_0 value columns must start at a block (v_col " +
+                           std::to_string(v_col) + ")");
 }
 
 }  // namespace
@@ -38,6 +52,7 @@ float element(GgmlType type, const void* row, int64_t i) {
 void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlType type,
                                   const void* const* v, int64_t v_col, int64_t nk, int width, float* out,
                                   int64_t ldo) {
+  check_type(type, v_col);
   for (int h = 0; h < n_rows; ++h) {
     float* o = out + h * ldo;
     for (int d = 0; d < width; ++d) o[d] = 0.0f;
@@ -50,8 +65,7 @@ void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlT
 
 void weighted_value_sum(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
                         int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
-  if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
-    throw std::logic_error("weighted_value_sum: value rows must be F32, F16 or BF16");
+  check_type(type, v_col);
   switch (active_isa()) {
 #if defined(__x86_64__)
     case Isa::Avx512:

@@ -1,59 +1,72 @@
-// AVX2 + FMA + F16C weighted sums of value rows (see attention_ops.h), for the Avx2 and AvxVnni sets;
-// the 256-bit counterpart of attention_ops_avx512.cpp. A tile of up to 4 output rows (query heads of
-// one KV group share their value rows) x 16 columns stays in registers while the keys stream by.
-// Register budget (16 ymm): 4 rows x 2 vectors = 8 accumulators, 2 value vectors, 1 broadcast weight,
-// 1 temporary for the BF16 widening: 12. Eight independent accumulators cover the FMA latency (4
-// cycles x 2 ports on Haswell through Alder Lake); per key 2 value loads + 4 broadcasts feed 8 FMAs,
-// so the loads (2 a cycle) keep up. Gemma's 8 heads per KV group make two full tiles; 6 rows would fit
-// (15 registers) but split 8 heads unevenly.
+// AVX2 + FMA + F16C weighted sums of value rows (F32, F16, BF16 or Q8_0; see attention_ops.h), for the
+// Avx2 and AvxVnni sets; the 256-bit counterpart of attention_ops_avx512.cpp. A tile of up to 4 output rows
+// (query heads of one KV group share their value rows) x 16 columns stays in registers while the keys stream
+// by. Register budget (16 ymm): 4 rows x 2 vectors = 8 accumulators, 2 value vectors, 1 broadcast weight, 1
+// temporary for the BF16 widening or the Q8_0 scale: 12. Eight independent accumulators cover the FMA latency
+// (4 cycles x 2 ports on Haswell through Alder Lake); per key 2 value loads + 4 broadcasts feed 8 FMAs, so
+// the loads (2 a cycle) keep up. Gemma's 8 heads per KV group make two full tiles; 6 rows would fit (15
+// registers) but split 8 heads unevenly.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "gguf/ggml_types.h"
+#include "tensor/blocks.h"
 #include "tensor/quant.h"
 
 namespace gem4 {
 
 namespace {
 
-// 8 elements of an F32, F16 or BF16 row as f32 (exact), and one element (for columns past the last 8).
+// 8 elements of a row from column c on as f32 (exact), and one element (for columns past the last 8):
+// F32, F16 and BF16 rows, and Q8_0 rows (c a multiple of 8, so the 8 sit in one block; the int8 values
+// times the block's scale, a product exact in f32).
 struct LoadF32 {
-  using T = float;
-  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
-  static float one(const float* p) { return *p; }
+  static __m256 load(const void* row, int64_t c) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + c);
+  }
+  static float one(const void* row, int64_t c) { return static_cast<const float*>(row)[c]; }
 };
 struct LoadF16 {
-  using T = uint16_t;
-  static __m256 load(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  static __m256 load(const void* row, int64_t c) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c)));
   }
-  static float one(const uint16_t* p) { return fp16_to_fp32(*p); }
+  static float one(const void* row, int64_t c) { return fp16_to_fp32(static_cast<const uint16_t*>(row)[c]); }
 };
 struct LoadBF16 {
-  using T = uint16_t;
-  static __m256 load(const uint16_t* p) {
+  static __m256 load(const void* row, int64_t c) {
+    const auto* p = static_cast<const uint16_t*>(row) + c;
     const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
   }
-  static float one(const uint16_t* p) { return bf16_to_fp32(*p); }
+  static float one(const void* row, int64_t c) { return bf16_to_fp32(static_cast<const uint16_t*>(row)[c]); }
+};
+struct LoadQ8_0 {
+  static __m256 load(const void* row, int64_t c) {
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[uint64_t(c) / kQK];
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + uint64_t(c) % kQK));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(_cvtsh_ss(b.d)));
+  }
+  static float one(const void* row, int64_t c) {
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[uint64_t(c) / kQK];
+    return fp16_to_fp32(b.d) * float(b.qs[uint64_t(c) % kQK]);
+  }
 };
 
 // H rows x 8 * NV columns starting at column d0: per output, one FMA per key in order of j from +0.
 template <class L, int H, int NV>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
                 float* out, int64_t ldo) {
-  using T = typename L::T;
   __m256 acc[H][NV];
 #pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < nk; ++j) {
-    const T* vj = static_cast<const T*>(v[j]) + v_col + d0;
     __m256 vv[NV];
 #pragma GCC unroll 2
-    for (int c = 0; c < NV; ++c) vv[c] = L::load(vj + 8 * c);
+    for (int c = 0; c < NV; ++c) vv[c] = L::load(v[j], v_col + d0 + 8 * c);
 #pragma GCC unroll 4
     for (int h = 0; h < H; ++h) {
       const __m256 w = _mm256_broadcast_ss(p + h * ldp + j);
@@ -82,7 +95,6 @@ void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, i
 template <class L>
 void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
                int width, float* out, int64_t ldo) {
-  using T = typename L::T;
   for (int h0 = 0; h0 < n_rows; h0 += 4) {
     const int hn = std::min(4, n_rows - h0);
     const float* ph = p + h0 * ldp;
@@ -98,8 +110,7 @@ void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, in
     for (int h = 0; h < hn; ++h) {
       for (int d = d0; d < width; ++d) {
         float o = 0.0f;
-        for (int64_t j = 0; j < nk; ++j)
-          o = std::fma(ph[h * ldp + j], L::one(static_cast<const T*>(v[j]) + v_col + d), o);
+        for (int64_t j = 0; j < nk; ++j) o = std::fma(ph[h * ldp + j], L::one(v[j], v_col + d), o);
         oh[h * ldo + d] = o;
       }
     }
@@ -115,6 +126,8 @@ void weighted_value_sum_avx2(const float* p, int64_t ldp, int n_rows, GgmlType t
       return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
     case GgmlType::BF16:
       return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+    case GgmlType::Q8_0:
+      return value_sum<LoadQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
     default:
       return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
   }

@@ -1,6 +1,6 @@
-// AVX-512 weighted sums of value rows (see attention_ops.h). Up to 8 output rows (the query heads of
-// a KV group share their value rows) x 32 columns are held in 16 accumulators while the keys stream
-// by: per key two loads of the value row (F16/BF16 converted in registers, exactly) and one broadcast
+// AVX-512 weighted sums of value rows (F32, F16, BF16 or Q8_0; see attention_ops.h). Up to 8 output rows (the
+// query heads of a KV group share their value rows) x 32 columns are held in 16 accumulators while the keys
+// stream by: per key two loads of the value row (F16/BF16 converted in registers, exactly) and one broadcast
 // per output row feed 16 FMAs, with no stores (the old row-by-row axpy stored every partial sum,
 // which bound it to the store port, and needed the rows converted to f32 beforehand).
 #include <immintrin.h>
@@ -9,27 +9,43 @@
 
 #include "gguf/ggml_types.h"
 #include "kernels/load_f32_avx512.h"
+#include "tensor/blocks.h"
 
 namespace gem4 {
 
 namespace {
 
-using avx512_rows::LoadBF16;
-using avx512_rows::LoadF16;
-using avx512_rows::LoadF32;
+// 16 elements of a value row from column c on, masked lanes reading zero and touching no memory: the
+// F32/F16/BF16 loaders addressed by column, and Q8_0 rows (c a multiple of 16, so the 16 sit in one
+// block: the int8 values times the block's scale, a product exact in f32).
+template <class L>
+struct Columns {
+  static __m512 load(const void* row, int64_t c, __mmask16 m) {
+    return L::load(static_cast<const typename L::T*>(row) + c, m);
+  }
+};
+struct ColumnsQ8_0 {
+  static __m512 load(const void* row, int64_t c, __mmask16 m) {
+    if (m == 0) return _mm512_setzero_ps();  // the block may lie past the row
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[uint64_t(c) / kQK];
+    const __m128i q = _mm_maskz_loadu_epi8(m, b.qs + uint64_t(c) % kQK);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_cvtsh_ss(b.d)));
+  }
+};
+using LoadF32 = Columns<avx512_rows::LoadF32>;
+using LoadF16 = Columns<avx512_rows::LoadF16>;
+using LoadBF16 = Columns<avx512_rows::LoadBF16>;
 
 template <class L, int H>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0, int n,
                 float* out, int64_t ldo) {
-  using T = typename L::T;
   const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
   __m512 a0[H], a1[H];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nk; ++j) {
-    const T* vj = static_cast<const T*>(v[j]) + v_col + d0;
-    const __m512 v0 = L::load(vj, m0), v1 = L::load(vj + 16, m1);
+    const __m512 v0 = L::load(v[j], v_col + d0, m0), v1 = L::load(v[j], v_col + d0 + 16, m1);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       const __m512 w = _mm512_set1_ps(p[h * ldp + j]);
@@ -45,8 +61,8 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
 
 // value_tile<L, hn> for 1 <= hn <= H.
 template <class L, int H = 8>
-void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
-                    int n, float* out, int64_t ldo) {
+void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk,
+                    int d0, int n, float* out, int64_t ldo) {
   if constexpr (H == 1) {
     value_tile<L, 1>(p, ldp, v, v_col, nk, d0, n, out, ldo);
   } else {
@@ -78,6 +94,8 @@ void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType
       return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
     case GgmlType::BF16:
       return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+    case GgmlType::Q8_0:
+      return value_sum<ColumnsQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
     default:
       return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
   }

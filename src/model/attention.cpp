@@ -17,7 +17,7 @@ namespace gem4 {
 namespace {
 
 // The keys and values one sequence's query rows may read: pointers to the cache rows (in the cache's
-// element type) indexed by position - first. The kernels read F16/BF16 rows directly.
+// element type) indexed by position - first. The kernels read F16/BF16/Q8_0 rows directly.
 struct SeqKeys {
   int first = 0, last = -1;  // positions [first, last]
   std::vector<const void*> k, v;
@@ -30,6 +30,8 @@ GgmlType element_type(KvType t) {
       return GgmlType::F16;
     case KvType::BF16:
       return GgmlType::BF16;
+    case KvType::Q8_0:
+      return GgmlType::Q8_0;
     default:
       return GgmlType::F32;
   }
@@ -74,10 +76,12 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
   }
   // F16/BF16 rows: a prompt's many query rows read each key many times, so the range is converted to
   // f32 once per call (in parallel); a few decode rows read the cache directly. Both give the same
-  // bits (the kernels convert exactly).
-  const bool convert = kv.type() != KvType::F32 && n > 4;
+  // bits (the kernels convert exactly). Q8_0 rows are always read as they are: the scores are int8
+  // products with the query quantized to Q8_0 (as llama.cpp computes them), which f32 keys would not
+  // reproduce, and the value kernels widen the blocks in registers.
+  const bool convert = (kv.type() == KvType::F16 || kv.type() == KvType::BF16) && n > 4;
   const GgmlType type = convert ? GgmlType::F32 : element_type(kv.type());
-  const size_t elem = ggml_row_bytes(type, 1);
+  const size_t row_bytes = ggml_row_bytes(type, width);
   for (int sq = 0; sq < kv.n_seq(); ++sq) {
     SeqKeys& sk = keys[sq];
     if (sk.last < sk.first) continue;
@@ -162,13 +166,13 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
         const int base = ulo + j0 - sk.first;
         int len = 1;
         const auto* first_key = static_cast<const uint8_t*>(sk.k[base]);
-        while (j0 + len < nk && sk.k[base + len] == first_key + size_t(len) * width * elem) ++len;
+        while (j0 + len < nk && sk.k[base + len] == first_key + size_t(len) * row_bytes) ++len;
         MatrixView keys_view;
         keys_view.type = type;
-        keys_view.data = first_key + size_t(g) * hd * elem;
+        keys_view.data = first_key + ggml_row_bytes(type, int64_t(g) * hd);
         keys_view.in = hd;
         keys_view.out = len;
-        keys_view.row_bytes = size_t(width) * elem;
+        keys_view.row_bytes = row_bytes;
         matmul(keys_view, qbuf.data(), q_rows, hd, scores.data() + j0, nk, inner);
         j0 += len;
       }

@@ -5,14 +5,21 @@
 #include <stdexcept>
 
 #include "kernels/convert.h"
+#include "tensor/blocks.h"
+#include "tensor/quant.h"
 
 namespace gem4 {
 
 const char* kv_type_name(KvType t) {
   switch (t) {
-    case KvType::F32: return "f32";
-    case KvType::F16: return "f16";
-    case KvType::BF16: return "bf16";
+    case KvType::F32:
+      return "f32";
+    case KvType::F16:
+      return "f16";
+    case KvType::BF16:
+      return "bf16";
+    case KvType::Q8_0:
+      return "q8_0";
   }
   return "?";
 }
@@ -21,35 +28,56 @@ KvType kv_type_from_name(const std::string& s) {
   if (s == "f32") return KvType::F32;
   if (s == "f16") return KvType::F16;
   if (s == "bf16") return KvType::BF16;
-  throw std::invalid_argument("--kv-type: '" + s + "' is not one of f32, f16, bf16");
+  if (s == "q8_0") return KvType::Q8_0;
+  throw std::invalid_argument("--kv-type: '" + s + "' is not one of f32, f16, bf16, q8_0");
 }
 
 KvCache::KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvType type)
-    : n_ctx_(n_ctx), n_seq_(n_seq), max_ubatch_(max_ubatch), type_(type), seq_len_(n_seq, 0), ring_from_(n_seq, 0) {
-  if (n_ctx <= 0 || n_seq <= 0 || max_ubatch <= 0) throw std::invalid_argument("KvCache: sizes must be positive");
-  for (const auto& L : c.layers) {
+    : n_ctx_(n_ctx),
+      n_seq_(n_seq),
+      max_ubatch_(max_ubatch),
+      type_(type),
+      seq_len_(n_seq, 0),
+      ring_from_(n_seq, 0) {
+  if (n_ctx <= 0 || n_seq <= 0 || max_ubatch <= 0)
+    throw std::invalid_argument("KvCache: sizes must be positive");
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const auto& L = c.layers[l];
     if (!L.owns_kv) continue;
+    if (type == KvType::Q8_0 && L.head_dim % kQK != 0)
+      throw std::invalid_argument("--kv-type q8_0: layer " + std::to_string(l) + " has head_dim " +
+                                  std::to_string(L.head_dim) + ", not a multiple of the 32-value block");
     Slot s;
     s.sliding = L.sliding && c.sliding_window > 0;
     s.capacity = s.sliding ? std::min(n_ctx, c.sliding_window + max_ubatch) : n_ctx;
     s.wraps = s.sliding && s.capacity < n_ctx;
     if (s.wraps) ring_window_ = c.sliding_window;
     s.width = L.n_kv_heads * L.head_dim;
-    const size_t n = size_t(n_seq) * s.capacity * s.width * elem_bytes();
+    const size_t n = size_t(n_seq) * s.capacity * row_bytes(s);
     s.k.assign(n, 0);
     s.v.assign(n, 0);
     slots_.push_back(std::move(s));
   }
 }
 
-size_t KvCache::elem_bytes() const { return type_ == KvType::F32 ? 4 : 2; }
+size_t KvCache::row_bytes(const Slot& s) const {
+  switch (type_) {
+    case KvType::F32:
+      return size_t(s.width) * 4;
+    case KvType::Q8_0:
+      return size_t(s.width) / kQK * sizeof(BlockQ8_0);
+    default:
+      return size_t(s.width) * 2;
+  }
+}
 
 size_t KvCache::offset(const Slot& s, int seq, int cell) const {
-  return (size_t(seq) * s.capacity + cell) * s.width * elem_bytes();
+  return (size_t(seq) * s.capacity + cell) * row_bytes(s);
 }
 
 void KvCache::truncate(int seq, int len) {
-  if (seq < 0 || seq >= n_seq_) throw std::out_of_range("KvCache: sequence id " + std::to_string(seq) + " out of range");
+  if (seq < 0 || seq >= n_seq_)
+    throw std::out_of_range("KvCache: sequence id " + std::to_string(seq) + " out of range");
   if (len >= seq_len_[seq]) return;
   // Positions [len, cur) overwrote ring cells of older positions: what the rings still hold starts
   // where it did before the truncation.
@@ -82,7 +110,7 @@ void KvCache::copy_prefix(int src, int dst, int len) {
   if (src == dst) return;
   len = std::min(len, seq_len_.at(src));
   for (auto& s : slots_) {
-    const size_t row = size_t(s.width) * elem_bytes();
+    const size_t row = row_bytes(s);
     const int first = s.sliding ? std::max(0, len - s.capacity) : 0;
     for (int pos = first; pos < len; ++pos) {
       const int cell = s.sliding ? pos % s.capacity : pos;
@@ -96,7 +124,7 @@ void KvCache::copy_prefix(int src, int dst, int len) {
 
 size_t KvCache::position_bytes() const {
   size_t n = 0;
-  for (const auto& s : slots_) n += 2 * size_t(s.width) * elem_bytes();
+  for (const auto& s : slots_) n += 2 * row_bytes(s);
   return n;
 }
 
@@ -113,7 +141,7 @@ void KvCache::export_rows(int seq, int begin, int end, uint8_t* dst) const {
     throw std::out_of_range("KvCache: positions [" + std::to_string(begin) + ", " + std::to_string(end) +
                             ") of sequence " + std::to_string(seq) + " are not all held");
   for (const auto& s : slots_) {
-    const size_t row = size_t(s.width) * elem_bytes();
+    const size_t row = row_bytes(s);
     for (const auto* plane : {&s.k, &s.v})
       for (int pos = begin; pos < end; ++pos, dst += row)
         std::memcpy(dst, plane->data() + offset(s, seq, s.sliding ? pos % s.capacity : pos), row);
@@ -125,11 +153,12 @@ void KvCache::import_rows(int seq, int begin, int end, const uint8_t* src, int f
     throw std::out_of_range("KvCache: cannot import positions [" + std::to_string(begin) + ", " +
                             std::to_string(end) + ") into sequence " + std::to_string(seq));
   for (auto& s : slots_) {
-    const size_t row = size_t(s.width) * elem_bytes();
+    const size_t row = row_bytes(s);
     const int from = s.wraps ? ring_from : full_from;
     for (auto* plane : {&s.k, &s.v}) {
       for (int pos = begin; pos < end; ++pos, src += row)
-        if (pos >= from) std::memcpy(plane->data() + offset(s, seq, s.sliding ? pos % s.capacity : pos), src, row);
+        if (pos >= from)
+          std::memcpy(plane->data() + offset(s, seq, s.sliding ? pos % s.capacity : pos), src, row);
     }
   }
 }
@@ -148,23 +177,42 @@ std::string KvCache::layout_signature() const {
 namespace {
 void store_row(KvType t, const float* src, uint8_t* dst, int n) {
   switch (t) {
-    case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
-    case KvType::F16: convert_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n); break;
-    case KvType::BF16: convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); break;
+    case KvType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      break;
+    case KvType::F16:
+      convert_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
+      break;
+    case KvType::BF16:
+      convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+      break;
+    case KvType::Q8_0:
+      quantize_row_q8_0_activation(src, reinterpret_cast<BlockQ8_0*>(dst), n);
+      break;
   }
 }
 void load_row(KvType t, const uint8_t* src, float* dst, int n) {
   switch (t) {
-    case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
-    case KvType::F16: convert_f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
-    case KvType::BF16: convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
+    case KvType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      break;
+    case KvType::F16:
+      convert_f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+      break;
+    case KvType::BF16:
+      convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+      break;
+    case KvType::Q8_0:
+      dequantize_row(GgmlType::Q8_0, src, dst, n);
+      break;
   }
 }
 }  // namespace
 
 void KvCache::write(int slot, int seq, int pos, const float* k, const float* v) {
   Slot& s = slots_[slot];
-  if (pos < 0 || pos >= n_ctx_) throw std::out_of_range("KvCache: position " + std::to_string(pos) + " outside the context");
+  if (pos < 0 || pos >= n_ctx_)
+    throw std::out_of_range("KvCache: position " + std::to_string(pos) + " outside the context");
   const int cell = cell_of(slot, pos);
   store_row(type_, k, s.k.data() + offset(s, seq, cell), s.width);
   store_row(type_, v, s.v.data() + offset(s, seq, cell), s.width);

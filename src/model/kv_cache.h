@@ -12,7 +12,10 @@
 
 namespace gem4 {
 
-enum class KvType { F32, F16, BF16 };
+// Q8_0: blocks of 32 values with one f16 scale each (34 bytes per 32 values, llama.cpp's -ctk/-ctv
+// q8_0), quantized as llama.cpp's x86 backend stores K/V rows; attention reads the blocks directly.
+// Needs head dimensions that are multiples of 32.
+enum class KvType { F32, F16, BF16, Q8_0 };
 const char* kv_type_name(KvType t);
 KvType kv_type_from_name(const std::string& s);  // throws std::invalid_argument naming the value
 
@@ -85,7 +88,7 @@ class KvCache {
     int width = 0;
     std::vector<uint8_t> k, v;  // [n_seq][capacity][width] in the cache type
   };
-  size_t elem_bytes() const;
+  size_t row_bytes(const Slot& s) const;  // one K or V row of a slot in the cache type
   size_t offset(const Slot& s, int seq, int cell) const;
   int n_ctx_, n_seq_, max_ubatch_;
   KvType type_;

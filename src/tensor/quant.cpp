@@ -625,4 +625,18 @@ void quantize_row_q8_k(const float* src, BlockQ8_K* dst, int64_t n) {
   }
 }
 
+void quantize_row_q8_0_activation(const float* src, BlockQ8_0* dst, int64_t n) {
+  const int64_t nb = blocks_of(GgmlType::Q8_0, n, "quantize_row_q8_0_activation");
+  for (int64_t i = 0; i < nb; ++i, src += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(src[j]));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    dst[i].d = fp32_to_fp16(amax / 127.f);
+    for (int j = 0; j < kQK; ++j) {
+      const float v = src[j] * id;  // |v| <= 127, or NaN for non-finite input (stored as 0)
+      dst[i].qs[j] = v == v ? static_cast<int8_t>(nearest_int(v)) : int8_t{0};
+    }
+  }
+}
+
 }  // namespace gem4

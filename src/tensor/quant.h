@@ -32,6 +32,12 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 // AVX-512 K-quant kernels' activations.
 void quantize_row_q8_k(const float* src, BlockQ8_K* dst, int64_t n);
 
+// Q8_0 as llama.cpp's x86 CPU backend quantizes at run time (its quantize_row_q8_0: activations of
+// the Q8_0 dot products and rows stored into a q8_0 KV cache): d = amax / 127 stored as f16, q =
+// round-half-even(x * (127 / amax)); all zero where amax is 0. (quantize_row's Q8_0 is ggml's reference
+// quantizer instead: q = round-half-away(x / d), what llama-quantize writes.) n: a multiple of 32.
+void quantize_row_q8_0_activation(const float* src, BlockQ8_0* dst, int64_t n);
+
 // IEEE half and bfloat16 conversions (round-to-nearest-even).
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
