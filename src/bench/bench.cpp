@@ -69,9 +69,12 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint64_t seed) {
 // "gemma4 E2B Q4_0": the file type the file states (llama.cpp names it so too: a Q4_0 file keeps its
 // embedding tables in Q6_K), else the type of most matrix parameters.
 std::string describe_type(const Model& m) {
-  std::string size = m.config.n_layer == 35 && m.config.d_model == 1536 ? "E2B"
-                     : m.config.n_layer == 42 && m.config.d_model == 2560 ? "E4B"
-                                                                           : std::to_string(m.config.n_layer) + "L";
+  const ModelConfig& c = m.config;
+  std::string size = c.n_layer == 35 && c.d_model == 1536   ? "E2B"
+                     : c.n_layer == 42 && c.d_model == 2560 ? "E4B"
+                     : c.n_layer == 30 && c.d_model == 2816 ? "26B-A4B"
+                     : c.n_layer == 60 && c.d_model == 5376 ? "31B"
+                                                            : std::to_string(c.n_layer) + "L";
   if (const char* name = gguf::stated_file_type_name(*m.file)) return "gemma4 " + size + " " + name;
   std::map<std::string, int64_t> params;
   for (const auto& [name, r] : m.tensors) {
@@ -93,7 +96,8 @@ std::string describe_type(const Model& m) {
 int cmd_bench(int argc, char** argv, int first) {
   Args a("bench", "Prompt-processing and generation throughput, llama-bench style, with ablations in one run.");
   a.value("-m,--model", "FILE", "GGUF model (default: a model generated in memory)");
-  a.value("--preset", "NAME", "in-memory model shape: e2b | e4b | tiny", "e2b");
+  a.value("--preset", "NAME",
+          "in-memory model shape: e2b | e4b | 26b-a4b | 31b | tiny | tiny-moe | tiny-dense31", "e2b");
   a.value("--type", "TYPE", "in-memory model weight type (a GGML type, or q4_k_m: llama-quantize's Q4_K/Q6_K mix)", "q8_0");
   a.flag("--pure", "in-memory model: embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize)");
   a.value("-p,--n-prompt", "LIST", "prompt lengths", "512");
@@ -102,7 +106,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-d,--n-depth", "LIST", "tokens of context before each test", "0");
   a.value("-r,--repetitions", "N", "repetitions of each test", "2");
   a.value("--ubatch", "N", "micro-batch size", "512");
-  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16", "f16");
+  a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f16");
   a.value("--prune", "LIST", "prune rows before the KV-shared tail: 1,0 runs both", "1,0");
   a.value("--mask-crop", "LIST", "attention visits only visible keys", "1");
   a.value("--ple-crop", "LIST", "PLE projection of tail layers only for kept rows", "1");
@@ -188,6 +192,33 @@ int cmd_bench(int argc, char** argv, int first) {
   std::fprintf(stderr, "bench: %s ready in %.1f s: %.2f B params, %s; %d threads, ISA %s\n", model_type.c_str(),
                std::chrono::duration<double>(Clock::now() - t_load).count(), pc.params / 1e9,
                human_bytes(double(pc.bytes)).c_str(), n_threads, isa_name(active_isa()));
+
+  // The plan's switches that have nothing to act on: without KV-shared layers there is no tail to
+  // prune rows before (26B-A4B, 31B), so each variant would time the same computation.
+  if (model->config.n_kv_shared == 0) {
+    for (Switch& s : switches)
+      if ((s.name == "prune" || s.name == "optimal_cut") && s.values.size() > 1)
+        s.values = {s.values.front()};
+    std::fprintf(stderr,
+                 "bench: plan: no KV-shared layers, so pruning does not apply (--prune, --optimal-cut change "
+                 "nothing)\n");
+  }
+  if (model->config.n_expert > 0) {
+    // Decode reads the experts the router picks: the weight bytes of a token are the rest plus K/E of
+    // the experts' (what the decode bandwidth below counts, expert by expert).
+    double expert_bytes = 0, other_bytes = 0;
+    for (const auto& [name, r] : model->tensors) {
+      if (r.ne.size() < 2 || name == "token_embd.weight" || name == "per_layer_token_embd.weight") continue;
+      (name.find("_exps.weight") != std::string::npos ? expert_bytes : other_bytes) += double(r.nbytes);
+    }
+    const ModelConfig& c = model->config;
+    const double active = other_bytes + expert_bytes * c.n_expert_used / c.n_expert;
+    std::fprintf(stderr,
+                 "bench: plan: MoE, %d experts of width %d per layer, %d used per token: %s of %s matrix "
+                 "weights read per token (+ the LM head)\n",
+                 c.n_expert, c.n_ff_exp, c.n_expert_used, human_bytes(active).c_str(),
+                 human_bytes(other_bytes + expert_bytes).c_str());
+  }
 
   MachinePeaks peaks;
   if (a.on("--roofline")) {

@@ -62,9 +62,13 @@ int cmd_inspect(int argc, char** argv, int first) {
               c.arch.c_str(), c.n_layer, c.d_model, c.n_head,
               f->has("tokenizer.ggml.tokens") ? std::to_string(f->find("tokenizer.ggml.tokens")->elems.size()).c_str() : "?",
               c.n_ctx_train, c.sliding_window, c.ple_dim);
-  if (c.arch == "gemma4")
-    std::printf("KV: layers 0-%d own KV (%d layers); layers %d-%d are KV-shared (%d); rows are pruned after layer %d's K/V write\n",
-                c.first_shared - 1, c.first_shared, c.first_shared, c.n_layer - 1, c.n_kv_shared, c.prune_layer());
+  if (c.arch == "gemma4" && c.n_kv_shared > 0)
+    std::printf(
+        "KV: layers 0-%d own KV (%d layers); layers %d-%d are KV-shared (%d); rows are pruned after layer "
+        "%d's K/V write\n",
+        c.first_shared - 1, c.first_shared, c.first_shared, c.n_layer - 1, c.n_kv_shared, c.prune_layer());
+  else if (c.arch == "gemma4")
+    std::printf("KV: every layer owns its KV (no KV-shared layers), so pruning does not apply\n");
   if (c.n_expert > 0) {
     // Active parameters per token: everything but the experts a token does not use (and the
     // embedding tables, which are looked up, not multiplied; the tied head counts once).

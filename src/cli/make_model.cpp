@@ -12,14 +12,18 @@ namespace gem4::cli {
 
 int cmd_make_model(int argc, char** argv, int first) {
   Args a("make-model", "Writes a random-weight Gemma 4 GGUF with the real tensor set of a preset.");
-  a.value("--preset", "NAME", "tiny | e2b | e4b", "tiny");
-  a.value("--type", "TYPE", "type of 2-D weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (llama-quantize's mix)", "f32");
+  a.value("--preset", "NAME", "tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31", "tiny");
+  a.value("--type", "TYPE",
+          "type of 2-D weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m "
+          "(llama-quantize's mix)",
+          "f32");
   a.value("--vocab", "FILE", "copy the tokenizer section of this GGUF (sets the vocabulary size)");
   a.value("--n-vocab", "N", "size of the synthetic vocabulary (without --vocab)");
   a.value("--ctx", "N", "context_length written to the file");
   a.value("--seed", "N", "random seed", "42");
   a.flag("--no-shared-kv", "omit the unused K/V tensors of KV-shared layers (as Google's QAT files do)");
-  a.flag("--pure", "embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize writes them)");
+  a.flag("--pure",
+         "embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize writes them)");
   a.value("-o,--output", "FILE", "output path");
   declare_thread_flag(a);
   if (!a.parse(argc, argv, first)) {
@@ -30,7 +34,8 @@ int cmd_make_model(int argc, char** argv, int first) {
   GeneratorSpec spec;
   spec.preset = a.str("--preset");
   if (!parse_generated_type(a.str("--type"), &spec))
-    throw ArgError("make-model: --type '" + a.str("--type") + "' is not a known type (a GGML type or q4_k_m)");
+    throw ArgError("make-model: --type '" + a.str("--type") +
+                   "' is not a known type (a GGML type or q4_k_m)");
   spec.vocab_file = a.str("--vocab");
   if (a.has("--n-vocab")) spec.n_vocab = int(a.integer("--n-vocab"));
   if (a.has("--ctx")) spec.n_ctx = int(a.integer("--ctx"));
@@ -41,8 +46,8 @@ int cmd_make_model(int argc, char** argv, int first) {
   const auto t0 = std::chrono::steady_clock::now();
   write_generated_model(spec, a.str("-o"), &pool);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "make-model: wrote %s (preset %s, %s) in %.1f s\n", a.str("-o").c_str(), spec.preset.c_str(),
-               spec.q4_k_m ? "Q4_K_M mix" : ggml_type_name(spec.type), s);
+  std::fprintf(stderr, "make-model: wrote %s (preset %s, %s) in %.1f s\n", a.str("-o").c_str(),
+               spec.preset.c_str(), spec.q4_k_m ? "Q4_K_M mix" : ggml_type_name(spec.type), s);
   return 0;
 }
 

@@ -22,13 +22,26 @@ struct Shape {
   int n_layer, d, n_head, n_kv_head, hd_swa, hd_full, n_ff, ple, window, n_shared, n_vocab, n_ctx;
   bool double_wide;
   int period;  // every `period`-th layer is full attention; the last layer is always full
+  // The 26B-A4B / 31B layouts: KV heads of the full layers (0: n_kv_head), no V projection on full
+  // layers (V reuses K, attention_k_eq_v), and the experts beside each layer's dense MLP (0: none).
+  int n_kv_head_full = 0;
+  bool k_eq_v = false;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
+// Real dimensions: E2B/E4B from spec 1.1; 26B-A4B and 31B from spec 1.4 (window 1024, context 262144).
+// tiny-moe / tiny-dense31 are the layouts of ../shared/testdata/llamacpp-ref-family at its sizes.
 Shape preset_shape(const std::string& p) {
   if (p == "tiny") return {6, 128, 4, 2, 32, 64, 256, 32, 16, 2, 1024, 2048, true, 4};
   if (p == "e2b") return {35, 1536, 8, 1, 256, 512, 6144, 256, 512, 20, 262144, 131072, true, 5};
   if (p == "e4b") return {42, 2560, 8, 2, 256, 512, 10240, 256, 512, 18, 262144, 131072, false, 6};
-  throw std::invalid_argument("--preset: '" + p + "' is not one of tiny, e2b, e4b");
+  if (p == "26b-a4b")
+    return {30, 2816, 16, 8, 256, 512, 2112, 0, 1024, 0, 262144, 262144, false, 6, 2, true, 128, 8, 704};
+  if (p == "31b") return {60, 5376, 32, 16, 256, 512, 21504, 0, 1024, 0, 262144, 262144, false, 6, 4, true};
+  if (p == "tiny-moe") return {6, 128, 4, 2, 32, 64, 96, 0, 16, 0, 1024, 2048, false, 6, 1, true, 8, 2, 32};
+  if (p == "tiny-dense31") return {6, 128, 4, 2, 32, 64, 256, 0, 16, 0, 1024, 2048, false, 6, 1, true};
+  throw std::invalid_argument("--preset: '" + p +
+                              "' is not one of tiny, e2b, e4b, 26b-a4b, 31b, tiny-moe, tiny-dense31");
 }
 
 uint64_t splitmix(uint64_t x) {
@@ -61,7 +74,8 @@ struct PlannedTensor {
 
 // Draws rows [first, last) of a tensor directly: each row has its own random stream, so threads can
 // split rows freely and the result does not depend on the thread count.
-void draw_rows(const PlannedTensor& t, uint64_t tseed, int64_t first, int64_t last, uint8_t* dst, ThreadPool* pool) {
+void draw_rows(const PlannedTensor& t, uint64_t tseed, int64_t first, int64_t last, uint8_t* dst,
+               ThreadPool* pool) {
   const int64_t cols = t.ne[0];
   const size_t row_bytes = ggml_row_bytes(t.type, cols);
   const float half_width = t.init.std * std::sqrt(3.0f);
@@ -70,7 +84,7 @@ void draw_rows(const PlannedTensor& t, uint64_t tseed, int64_t first, int64_t la
     for (int64_t r = first + b; r < first + e; ++r) {
       uint64_t s = splitmix(tseed + uint64_t(r) * 0x9e3779b97f4a7c15ULL);
       for (int64_t c = 0; c < cols; ++c) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;                // xorshift64
         const float u = float(s >> 40) * (1.0f / 16777216.0f);  // [0, 1)
         row[c] = t.init.mean + (2.0f * u - 1.0f) * half_width;
       }
@@ -87,9 +101,11 @@ constexpr int64_t kDirectElements = int64_t(1) << 22;  // tensors up to 4 M elem
 
 class RowPools {
  public:
-  const std::vector<uint8_t>& get(const PlannedTensor& t, uint64_t seed, int64_t pool_rows, ThreadPool* pool) {
+  const std::vector<uint8_t>& get(const PlannedTensor& t, uint64_t seed, int64_t pool_rows,
+                                  ThreadPool* pool) {
     char key[128];
-    std::snprintf(key, sizeof key, "%u/%lld/%g/%g", unsigned(t.type), (long long)t.ne[0], t.init.mean, t.init.std);
+    std::snprintf(key, sizeof key, "%u/%lld/%g/%g", unsigned(t.type), (long long)t.ne[0], t.init.mean,
+                  t.init.std);
     auto it = pools_.find(key);
     if (it != pools_.end()) return it->second;
     std::vector<uint8_t>& buf = pools_[key];
@@ -168,7 +184,9 @@ constexpr uint32_t kLlamaFileTypeQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY
 // order) and ffn_down of layer i in Q6_K where use_more_bits(i, n) holds. Tensors that are not
 // Q4_K already (embedding tables, F32 fallbacks) keep their type.
 void apply_q4_k_m_mix(std::vector<PlannedTensor>& tensors, int64_t n_layer) {
-  auto use_more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  auto use_more_bits = [](int64_t i, int64_t n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  };
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
@@ -205,18 +223,27 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   std::vector<uint32_t> ff(s.n_layer);
   const int K = s.n_layer - s.n_shared;
   for (int l = 0; l < s.n_layer; ++l) ff[l] = (s.double_wide && l >= K) ? 2 * s.n_ff : s.n_ff;
-  if (s.double_wide) w.set_u32_array(a + "feed_forward_length", ff);
-  else w.set_u32(a + "feed_forward_length", s.n_ff);
+  if (s.double_wide)
+    w.set_u32_array(a + "feed_forward_length", ff);
+  else
+    w.set_u32(a + "feed_forward_length", s.n_ff);
+  std::vector<bool> swa(s.n_layer);
+  for (int l = 0; l < s.n_layer; ++l) swa[l] = !((l + 1) % s.period == 0 || l == s.n_layer - 1);
+  auto kv_heads = [&](int l) { return !swa[l] && s.n_kv_head_full > 0 ? s.n_kv_head_full : s.n_kv_head; };
   w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_kv_head);
+  if (s.n_kv_head_full > 0 && s.n_kv_head_full != s.n_kv_head) {
+    std::vector<uint32_t> kvh(s.n_layer);
+    for (int l = 0; l < s.n_layer; ++l) kvh[l] = uint32_t(kv_heads(l));
+    w.set_u32_array(a + "attention.head_count_kv", kvh);
+  } else {
+    w.set_u32(a + "attention.head_count_kv", s.n_kv_head);
+  }
   w.set_u32(a + "attention.key_length", s.hd_full);
   w.set_u32(a + "attention.value_length", s.hd_full);
   w.set_u32(a + "attention.key_length_swa", s.hd_swa);
   w.set_u32(a + "attention.value_length_swa", s.hd_swa);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.set_u32(a + "attention.sliding_window", s.window);
-  std::vector<bool> swa(s.n_layer);
-  for (int l = 0; l < s.n_layer; ++l) swa[l] = !((l + 1) % s.period == 0 || l == s.n_layer - 1);
   w.set_bool_array(a + "attention.sliding_window_pattern", swa);
   w.set_u32(a + "attention.shared_kv_layers", s.n_shared);
   w.set_u32(a + "embedding_length_per_layer_input", s.ple);
@@ -225,14 +252,27 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   w.set_u32(a + "rope.dimension_count", s.hd_full);
   w.set_u32(a + "rope.dimension_count_swa", s.hd_swa);
   w.set_f32(a + "final_logit_softcapping", 30.0f);
+  if (s.n_expert > 0) {
+    w.set_u32(a + "expert_count", s.n_expert);
+    w.set_u32(a + "expert_used_count", s.n_expert_used);
+    w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
+  }
   if (spec.q4_k_m) {
     w.set_u32("general.file_type", kLlamaFileTypeQ4_K_M);
   } else if (const auto file_type = llama_file_type_of(spec.type)) {
     w.set_u32("general.file_type", *file_type);
   }
 
+  // Rows that are not whole blocks of the type fall back as llama-quantize does: K-quants to the legacy
+  // type of about the same size (the 26B-A4B's FFN widths 2112 and 704 are not multiples of 256), the
+  // rest to F32.
   auto wtype = [&](int64_t cols) {
-    return cols % ggml_block_elems(spec.type) == 0 ? spec.type : GgmlType::F32;  // fall back like llama-quantize
+    if (cols % ggml_block_elems(spec.type) == 0) return spec.type;
+    GgmlType fallback = GgmlType::F32;
+    if (spec.type == GgmlType::Q4_K) fallback = GgmlType::Q5_0;
+    if (spec.type == GgmlType::Q5_K) fallback = GgmlType::Q5_1;
+    if (spec.type == GgmlType::Q6_K) fallback = GgmlType::Q8_0;
+    return cols % ggml_block_elems(fallback) == 0 ? fallback : GgmlType::F32;
   };
   auto add = [&](const std::string& name, std::vector<int64_t> ne, Init init, bool matrix) {
     const GgmlType t = matrix ? wtype(ne[0]) : GgmlType::F32;
@@ -250,9 +290,12 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   const int64_t d = s.d, V = s.n_vocab, P = s.ple, L = s.n_layer;
   const float norm_std = 0.05f;
   add_table("token_embd.weight", {d, V}, {0, 1.0f / std::sqrt(float(d))});
-  add_table("per_layer_token_embd.weight", {L * P, V}, {0, 1.0f / std::sqrt(float(P))});
-  g.tensors.push_back({"per_layer_model_proj.weight", {d, L * P}, GgmlType::F32, {0, 1.0f / std::sqrt(float(d))}});
-  add("per_layer_proj_norm.weight", {P}, {1.0f, norm_std}, false);
+  if (P > 0) {
+    add_table("per_layer_token_embd.weight", {L * P, V}, {0, 1.0f / std::sqrt(float(P))});
+    g.tensors.push_back(
+        {"per_layer_model_proj.weight", {d, L * P}, GgmlType::F32, {0, 1.0f / std::sqrt(float(d))}});
+    add("per_layer_proj_norm.weight", {P}, {1.0f, norm_std}, false);
+  }
   add("output_norm.weight", {d}, {4.0f, 0.2f}, false);
   {
     // Proportional RoPE divisors (spec 1.3): a quarter of the full-layer pairs rotate.
@@ -261,13 +304,13 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
   }
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    const int64_t hd = swa[l] ? s.hd_swa : s.hd_full, qw = s.n_head * hd, kvw = s.n_kv_head * hd;
+    const int64_t hd = swa[l] ? s.hd_swa : s.hd_full, qw = s.n_head * hd, kvw = kv_heads(l) * hd;
     const float qk_norm = 1.0f / std::pow(float(hd), 0.25f);
     add(p + "attn_norm.weight", {d}, {1.0f, norm_std}, false);
     add(p + "attn_q.weight", {d, qw}, {0, 1.0f / std::sqrt(float(d))}, true);
     if (l < K || spec.include_shared_kv) {
       add(p + "attn_k.weight", {d, kvw}, {0, 1.0f / std::sqrt(float(d))}, true);
-      add(p + "attn_v.weight", {d, kvw}, {0, 1.0f / std::sqrt(float(d))}, true);
+      if (!(s.k_eq_v && !swa[l])) add(p + "attn_v.weight", {d, kvw}, {0, 1.0f / std::sqrt(float(d))}, true);
       add(p + "attn_k_norm.weight", {hd}, {qk_norm, 0.02f}, false);
     }
     add(p + "attn_q_norm.weight", {hd}, {qk_norm, 0.02f}, false);
@@ -277,11 +320,27 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
     add(p + "ffn_gate.weight", {d, int64_t(ff[l])}, {0, 1.0f / std::sqrt(float(d))}, true);
     add(p + "ffn_up.weight", {d, int64_t(ff[l])}, {0, 1.0f / std::sqrt(float(d))}, true);
     add(p + "ffn_down.weight", {int64_t(ff[l]), d}, {0, 1.0f / std::sqrt(float(ff[l]))}, true);
+    if (s.n_expert > 0) {
+      // The MoE block as llama.cpp's converter writes it (merged gate_up; the router stays F32, as
+      // llama-quantize keeps it). Router weights of std 3, as the reference files use: logits spread
+      // enough that the top-k choice is not a near-tie everywhere.
+      const int64_t E = s.n_expert, fe = s.n_ff_exp;
+      add(p + "post_ffw_norm_1.weight", {d}, {0.8f, norm_std}, false);
+      add(p + "pre_ffw_norm_2.weight", {d}, {1.0f, norm_std}, false);
+      add(p + "ffn_gate_inp.weight", {d, E}, {0, 3.0f}, false);
+      add(p + "ffn_gate_inp.scale", {d}, {1.0f, norm_std}, false);
+      add(p + "ffn_gate_up_exps.weight", {d, 2 * fe, E}, {0, 1.0f / std::sqrt(float(d))}, true);
+      add(p + "ffn_down_exps.weight", {fe, d, E}, {0, 1.0f / std::sqrt(float(fe))}, true);
+      add(p + "ffn_down_exps.scale", {E}, {1.0f, 0.23f}, false);
+      add(p + "post_ffw_norm_2.weight", {d}, {0.8f, norm_std}, false);
+    }
     add(p + "post_ffw_norm.weight", {d}, {0.8f, norm_std}, false);
     add(p + "layer_output_scale.weight", {1}, {0.8f, 0.1f}, false);
-    add(p + "inp_gate.weight", {d, P}, {0, 1.0f / std::sqrt(float(d))}, true);
-    add(p + "proj.weight", {P, d}, {0, 1.0f / std::sqrt(float(P))}, true);
-    add(p + "post_norm.weight", {d}, {0.8f, norm_std}, false);
+    if (P > 0) {
+      add(p + "inp_gate.weight", {d, P}, {0, 1.0f / std::sqrt(float(d))}, true);
+      add(p + "proj.weight", {P, d}, {0, 1.0f / std::sqrt(float(P))}, true);
+      add(p + "post_norm.weight", {d}, {0.8f, norm_std}, false);
+    }
   }
   if (spec.q4_k_m) apply_q4_k_m_mix(g.tensors, L);
   return g;
@@ -382,7 +441,8 @@ std::unique_ptr<Model> generate_model(const GeneratorSpec& spec, ThreadPool* poo
     off += (t.nbytes() + 63) / 64 * 64;
   }
   const std::vector<uint8_t> meta_bytes = g.meta.to_bytes();
-  auto meta = gguf::GgufFile::from_memory(meta_bytes.data(), meta_bytes.size(), "<generated " + spec.preset + ">");
+  auto meta =
+      gguf::GgufFile::from_memory(meta_bytes.data(), meta_bytes.size(), "<generated " + spec.preset + ">");
   return Model::from_memory(std::move(meta), std::move(table), std::shared_ptr<void>(mem, mem->p));
 }
 

@@ -1,6 +1,9 @@
 // Random-weight Gemma 4 models of any shape and type, so tests and benchmarks need no download.
 // Presets `tiny`, `e2b`, `e4b` follow the real dimensions and tensor set (spec 1.1 and 4.4; e2b/e4b
-// keep the unused K/V tensors of shared layers, as llama.cpp-converted files do). Weights are drawn so
+// keep the unused K/V tensors of shared layers, as llama.cpp-converted files do); `26b-a4b` (mixture of
+// experts) and `31b` (dense) the real dimensions of the other two (spec 1.4) in the tensor layout of
+// llama.cpp's converter (../shared/testdata/llamacpp-ref-family/README.md), `tiny-moe` and
+// `tiny-dense31` those layouts at that folder's sizes. Weights are drawn so
 // activations stay in a realistic range: linear weights with variance 1/fan_in, norms near 1.
 #pragma once
 #include <cstdint>
@@ -17,14 +20,14 @@ namespace gem4 {
 class ThreadPool;
 
 struct GeneratorSpec {
-  std::string preset = "tiny";      // tiny | e2b | e4b
-  GgmlType type = GgmlType::F32;    // type of the 2-D weights (1-D tensors stay F32)
-  std::string vocab_file;           // copy the tokenizer of this GGUF (its size sets n_vocab)
-  int n_vocab = 0;                  // synthetic vocabulary size (0: preset default)
-  int n_ctx = 0;                    // context_length key (0: preset default)
+  std::string preset = "tiny";    // tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31
+  GgmlType type = GgmlType::F32;  // type of the 2-D weights (1-D tensors stay F32)
+  std::string vocab_file;         // copy the tokenizer of this GGUF (its size sets n_vocab)
+  int n_vocab = 0;                // synthetic vocabulary size (0: preset default)
+  int n_ctx = 0;                  // context_length key (0: preset default)
   uint64_t seed = 42;
-  bool include_shared_kv = true;    // write the unused K/V tensors of KV-shared layers
-  bool pure = false;                // embedding tables of `type` too (else as llama-quantize: Q6_K)
+  bool include_shared_kv = true;  // write the unused K/V tensors of KV-shared layers
+  bool pure = false;              // embedding tables of `type` too (else as llama-quantize: Q6_K)
   // llama-quantize's Q4_K_M mix (with type Q4_K): attn_v and ffn_down of the layers its use_more_bits
   // picks (the first and last eighth, every third between) in Q6_K, the rest Q4_K.
   bool q4_k_m = false;
