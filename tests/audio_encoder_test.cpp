@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "kernels/thread_pool.h"
+#include "media/audio_ops.h"
 #include "media/audio_synthetic.h"
 #include "media/mmproj_file.h"
 #include "test_util.h"
@@ -82,6 +83,24 @@ TEST_P(AudioEncoderRef, EveryStageMatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(MtmdRef, AudioEncoderRef, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.id).substr(7, 4); });
+
+// ggml multiplies F16 (BF16) weights with activations rounded to fp16 (bf16): the tower does the same.
+TEST(AudioEncoderFile, ActivationsOfHalfWeightsAreRoundedAsGgmlDoes) {
+  const std::vector<float> x = {1.0f, 1.0f + 1.0f / 4096, -3.14159265f, 65504.0f, 1e-8f, 0.1f};
+  std::vector<float> h = x, b = x, f = x, q = x;
+  round_activations_for(GgmlType::F16, h.data(), int64_t(h.size()));
+  round_activations_for(GgmlType::BF16, b.data(), int64_t(b.size()));
+  round_activations_for(GgmlType::F32, f.data(), int64_t(f.size()));
+  round_activations_for(GgmlType::Q8_0, q.data(), int64_t(q.size()));
+  EXPECT_EQ(f, x);
+  EXPECT_EQ(q, x);
+  EXPECT_EQ(h[1], 1.0f);  // a quarter of fp16's 2^-10 step above 1
+  EXPECT_EQ(h[2], -3.140625f);
+  EXPECT_EQ(h[3], 65504.0f);
+  EXPECT_EQ(h[5], 0.0999755859375f);
+  EXPECT_EQ(b[2], -3.140625f);
+  EXPECT_EQ(b[5], 0.10009765625f);
+}
 
 // A clip longer than 30 s is encoded in independent 30 s chunks, as mtmd does: the rows are the
 // chunks' own rows one after the other.

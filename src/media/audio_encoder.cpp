@@ -20,10 +20,19 @@ std::string blk(int il, const std::string& what) { return "a.blk." + std::to_str
 // tower has no fp16 table after its convolutions for a last-bit difference to jump in, the slices made an
 // E2B-sized tower ~3.5x slower (29 s instead of 8 s for 30 s of audio on 2 threads), and the reference
 // projector's rows agree to ~2e-6 either way. The clamps are the same, applied in the same in-place order.
+//
+// F16 and BF16 weights (the real E2B/E4B files) multiply activations rounded to their type, as ggml
+// converts them; the rounding goes to a copy, since the clamped input may be read by the next linear.
 std::vector<float> apply(const ClampedLinear& l, float* x, int64_t rows, ThreadPool* pool) {
   std::vector<float> y(size_t(rows * l.out()));
   l.input.apply(x, rows, l.in(), l.in());
-  matmul(l.w, x, rows, l.in(), y.data(), l.out(), pool);
+  if (l.w.type == GgmlType::F16 || l.w.type == GgmlType::BF16) {
+    std::vector<float> rounded(x, x + rows * l.in());
+    round_activations_for(l.w.type, rounded.data(), int64_t(rounded.size()));
+    matmul(l.w, rounded.data(), rows, l.in(), y.data(), l.out(), pool);
+  } else {
+    matmul(l.w, x, rows, l.in(), y.data(), l.out(), pool);
+  }
   l.output.apply(y.data(), rows, l.out(), l.out());
   return y;
 }

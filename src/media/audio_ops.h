@@ -5,11 +5,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "gguf/ggml_types.h"
+
 namespace gem4::media {
 
 // Every value rounded to the nearest fp16 and back (ggml_conv_2d's im2col is F16 and the CPU product
 // converts the F32 kernel to F16 too, so the convolution multiplies fp16-rounded values).
 void round_to_f16_inplace(float* x, int64_t n);
+
+// The activations of a product with weights of `weight_type` as ggml's CPU backend feeds them: rounded
+// to fp16 for F16 weights and to bf16 for BF16 weights (its vec_dot types), unchanged otherwise (F32;
+// the quantized types' kernels quantize activations themselves). In place.
+void round_activations_for(GgmlType weight_type, float* x, int64_t n);
 
 // im2col of a 3x3, stride 2, padding 1 convolution over a [height][width][channels] grid (channels
 // fastest): row (y * out_w + x) of the result holds the window in (channel, ky, kx) order, ggml's
