@@ -8,6 +8,7 @@
 //   [prompt: N new tokens, M reused] [reply: G tokens, T t/s, stop: REASON]
 // Commands: /reset (forget the conversation, keep the system message), /exit (or end of input),
 // /image PATH (with --mmproj: the image goes with the next message; --image PATH does it for the first).
+// /audio PATH (with --mmproj: a WAV clip goes with the next message; --audio PATH does it for the first).
 // --session FILE keeps the conversation in FILE (rewritten atomically after every turn) and its
 // prompts' K/V in the prompt cache (--prompt-cache, else the folder FILE.kv), so a later
 // `gem4 chat --session FILE` goes on where it stopped without recomputing the conversation.
@@ -149,10 +150,11 @@ int cmd_chat(int argc, char** argv, int first) {
   struct Attached {
     std::string path;
     generate::MediaInput input;
+    const char* type() const { return input.image ? "image" : "audio"; }  // the content part's type
   };
   std::vector<Attached> conversation_media, pending;
   for (const std::string& p : a.all("--image")) pending.push_back({p, encoders->image(p, &pool)});
-  if (a.has("--audio")) throw ArgError("chat: --audio is not supported in chat yet");
+  for (const std::string& p : a.all("--audio")) pending.push_back({p, encoders->audio(p, &pool)});
 
   nlohmann::json system_turn = nlohmann::json::array();
   if (a.has("--system")) system_turn.push_back({{"role", "system"}, {"content", a.str("--system")}});
@@ -167,10 +169,12 @@ int cmd_chat(int argc, char** argv, int first) {
       for (const auto& m : messages)
         if (m.contains("content") && m["content"].is_array())
           for (const auto& part : m["content"])
-            if (part.value("type", "") == "image") {
-              if (!encoders) throw ArgError("chat: --session " + session_file + " holds images: give --mmproj FILE");
+            if (part.value("type", "") == "image" || part.value("type", "") == "audio") {
+              if (!encoders)
+                throw ArgError("chat: --session " + session_file + " holds images or audio: give --mmproj FILE");
               const std::string p = part.value("path", "");
-              conversation_media.push_back({p, encoders->image(p, &pool)});
+              conversation_media.push_back(
+                  {p, part.value("type", "") == "image" ? encoders->image(p, &pool) : encoders->audio(p, &pool)});
             }
       std::fprintf(stderr, "chat: resumed %zu messages from %s\n", messages.size(), session_file.c_str());
     }
@@ -190,15 +194,18 @@ int cmd_chat(int argc, char** argv, int first) {
     const std::string input = trim(line);
     if (input.empty()) continue;
     if (input == "/exit" || input == "/quit") break;
-    if (input.rfind("/image", 0) == 0 && (input.size() == 6 || input[6] == ' ')) {
+    const bool image_cmd = input.rfind("/image", 0) == 0 && (input.size() == 6 || input[6] == ' ');
+    const bool audio_cmd = input.rfind("/audio", 0) == 0 && (input.size() == 6 || input[6] == ' ');
+    if (image_cmd || audio_cmd) {
+      const char* kind = image_cmd ? "image" : "audio";
       const std::string path = trim(input.substr(6));
       if (!encoders || path.empty()) {
-        std::fprintf(stderr, "error: /image PATH needs gem4 chat --mmproj FILE\n");
+        std::fprintf(stderr, "error: /%s PATH needs gem4 chat --mmproj FILE\n", kind);
         continue;
       }
       try {
-        pending.push_back({path, encoders->image(path, &pool)});
-        std::fprintf(stderr, "[image %s attached to the next message]\n", path.c_str());
+        pending.push_back({path, image_cmd ? encoders->image(path, &pool) : encoders->audio(path, &pool)});
+        std::fprintf(stderr, "[%s %s attached to the next message]\n", kind, path.c_str());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
       }
@@ -214,7 +221,7 @@ int cmd_chat(int argc, char** argv, int first) {
     nlohmann::json content = input;
     if (!pending.empty()) {
       content = nlohmann::json::array();
-      for (const Attached& m : pending) content.push_back({{"type", "image"}, {"path", m.path}});
+      for (const Attached& m : pending) content.push_back({{"type", m.type()}, {"path", m.path}});
       content.push_back({{"type", "text"}, {"text", input}});
     }
     messages.push_back({{"role", "user"}, {"content", content}});
