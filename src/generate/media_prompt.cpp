@@ -15,6 +15,15 @@ int32_t require_token(const text::Tokenizer& tok, const char* text) {
 
 }  // namespace
 
+MediaInput make_media_input(bool image, std::vector<float> embd, int n_embd) {
+  MediaInput m;
+  m.image = image;
+  m.rows = n_embd > 0 ? int(embd.size() / size_t(n_embd)) : 0;
+  m.hash = media_hash(embd);
+  m.embd = std::make_shared<const std::vector<float>>(std::move(embd));
+  return m;
+}
+
 std::vector<MediaSpan> expand_media(std::vector<int32_t>& tokens, const text::Tokenizer& tok,
                                     const std::vector<MediaInput>& media) {
   if (media.empty()) return {};

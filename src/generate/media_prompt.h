@@ -23,6 +23,9 @@ struct MediaInput {
   uint64_t hash = 0;  // media_hash(*embd)
 };
 
+// A MediaInput over `embd` (rows x n_embd), hashed.
+MediaInput make_media_input(bool image, std::vector<float> embd, int n_embd);
+
 // Replaces, in order, the i-th <|image|> / <|audio|> placeholder of `tokens` by begin marker + rows
 // <pad> tokens + end marker for media[i] (images take image placeholders, audio audio placeholders).
 // Placeholders missing for some media are inserted after a leading BOS (or at the start). Throws

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "generate/constraint.h"
+#include "generate/media_span.h"
 #include "generate/sampler.h"
 #include "text/output_parser.h"
 
@@ -38,6 +39,8 @@ struct GenerationRequest {
   bool report_progress = false;  // emit prompt-progress events while the prompt is processed
   // response_format json_object / json_schema: the grammar the completion follows (null: none).
   std::shared_ptr<generate::GrammarConstraint> constraint;
+  // Soft-token spans of the prompt (image_url parts): generate/media_span.h.
+  std::vector<generate::MediaSpan> media;
 };
 
 struct Usage {

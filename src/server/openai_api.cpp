@@ -10,6 +10,7 @@
 
 #include "generate/grammar/gbnf.h"
 #include "generate/grammar/json_schema.h"
+#include "server/media_parts.h"
 #include "text/chat_format.h"
 
 namespace gem4::server {
@@ -246,8 +247,12 @@ void check_content(const json& msg, const std::string& where, bool required) {
     if (!part.is_object()) wrong_type(pw, part, "an object");
     const std::string* type = get_string(part, "type", pw + ".");
     if (!type) bad(pw + ".type", "'" + pw + ".type' is required", "missing_required_parameter");
+    if (*type == "image_url") {
+      image_url_of(part, pw);
+      continue;
+    }
     if (*type != "text")
-      bad(pw + ".type", "content part type '" + *type + "' is not supported (this server takes text only)",
+      bad(pw + ".type", "content part type '" + *type + "' is not supported (text and image_url are)",
           "unsupported_value");
     if (!get_string(part, "text", pw + "."))
       bad(pw + ".text", "'" + pw + ".text' is required", "missing_required_parameter");
@@ -477,7 +482,20 @@ ChatPrompt render_chat_prompt(const json& body) {
     bad("logprobs", "logprobs are not supported", "unsupported_value");
   if (opt(body, "top_logprobs")) bad("top_logprobs", "logprobs are not supported", "unsupported_value");
 
-  const json messages = text::normalize_tool_call_arguments(body["messages"]);
+  json messages = text::normalize_tool_call_arguments(body["messages"]);
+  // image_url parts: the template's image placeholder, the bytes kept in order for the projector.
+  for (size_t i = 0; i < messages.size(); ++i) {
+    json* content = messages[i].is_object() && messages[i].contains("content") ? &messages[i]["content"] : nullptr;
+    if (!content || !content->is_array()) continue;
+    for (size_t j = 0; j < content->size(); ++j) {
+      json& part = (*content)[j];
+      if (!part.is_object() || part.value("type", "") != "image_url") continue;
+      const std::string pw = "messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
+      out.images.push_back(data_uri_bytes(image_url_of(part, pw), pw + ".image_url.url"));
+      out.image_params.push_back(pw);
+      part = json{{"type", "image"}};
+    }
+  }
   const json tools = hide_tools || !opt(body, "tools") ? json() : body["tools"];
   try {
     out.text = text::render_chat(messages, tools, /*add_generation_prompt=*/true, out.thinking);
@@ -540,6 +558,26 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
   ApiRequest r;
   r.prompt_text = prompt.text;
   r.gen.prompt = tok.encode(prompt.text, /*add_bos=*/false, /*parse_special=*/true);
+  if (!prompt.images.empty()) {
+    if (!model.encode_image)
+      throw ApiError(400, "this server has no projector for images (start it with gem4 serve --mmproj FILE)",
+                     prompt.image_params[0], "unsupported_value");
+    std::vector<generate::MediaInput> media;
+    for (size_t k = 0; k < prompt.images.size(); ++k) {
+      try {
+        media.push_back(model.encode_image(prompt.images[k], prompt.image_params[k]));
+      } catch (const ApiError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw ApiError(400, e.what(), prompt.image_params[k]);
+      }
+    }
+    try {
+      r.gen.media = generate::expand_media(r.gen.prompt, tok, media);
+    } catch (const std::invalid_argument& e) {
+      throw ApiError(400, e.what(), "messages");
+    }
+  }
   r.gen.parse_output = true;
   r.gen.assistant_prefix = prompt.assistant_prefix;
   r.gen.tool_call_id_prefix = "call_" + random_hex(8) + "_";

@@ -11,12 +11,14 @@
 // Reasoning comes back as `reasoning_content` (message or delta). Penalties and logit_bias values
 // are not limited to OpenAI's ranges, only to finite numbers.
 #pragma once
+#include <functional>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
+#include "generate/media_prompt.h"
 #include "server/job.h"
 #include "text/tokenizer.h"
 
@@ -53,6 +55,10 @@ struct ServedModel {
   std::string name;  // the id clients see
   int n_ctx = 0;     // context per request (per slot)
   int n_vocab = 0;
+  // Encodes an image's file bytes to soft tokens (gem4 serve --mmproj); null: no projector, image parts
+  // are refused. Throws (media::MediaError, ...) for a bad image; `where` names it in the message.
+  // An audio hook (input_audio parts) would sit beside it.
+  std::function<generate::MediaInput(const std::string& bytes, const std::string& where)> encode_image;
 };
 
 struct ApiRequest {
@@ -65,6 +71,8 @@ struct ApiRequest {
 // Rendered chat prompt of a /v1/chat/completions body (also what /apply-template returns).
 struct ChatPrompt {
   std::string text;              // the template's output, plus the forced tool-call opening if any
+  std::vector<std::string> images;        // bytes of the image_url parts (data: URIs), in prompt order
+  std::vector<std::string> image_params;  // where each came from ("messages[1].content[0]")
   std::string assistant_prefix;  // that forced opening ("<|tool_call>call:NAME{"), or empty
   bool thinking = false;
 };

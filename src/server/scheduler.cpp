@@ -227,7 +227,7 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     s.seq.constraint = req.constraint;  // each slot its own grammar state (reset by start())
     s.seq.sample_after_prompt = true;
     s.seq.penalize_prompt = false;
-    const generate::StartInfo info = engine_.start(s.seq, req.prompt, others);
+    const generate::StartInfo info = engine_.start(s.seq, req.prompt, others, req.media);
     s.reused = info.reused;
     if (metrics_) {
       metrics_->count_prompt(int(req.prompt.size()), info.reused);

@@ -19,6 +19,10 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "generate/media_prompt.h"
+#include "media/image.h"
+#include "media/mmproj_file.h"
+#include "media/vision_encoder.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -83,6 +87,7 @@ int cmd_serve(int argc, char** argv, int first) {
   a.value("--max-queue", "N",
           "requests that may wait for a slot; more get 429 with Retry-After (0: no bound)", "0");
   a.value("--alias", "NAME", "model id reported to clients (default: the file name)");
+  a.value("--mmproj", "FILE", "projector (mmproj) GGUF: accept image_url content parts (data: URIs)");
   a.value("--http-threads", "N",
           "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
   a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish",
@@ -190,6 +195,22 @@ int cmd_serve(int argc, char** argv, int first) {
   served.name = a.has("--alias") ? a.str("--alias") : model_name_of(a.str("-m"));
   served.n_ctx = so.n_ctx;
   served.n_vocab = int(model->weights.token_embd.out);
+  // Images: each request's image_url parts are encoded in its HTTP thread (one core each), before the
+  // request is queued; the encoder only reads the projector's weights, so requests may share it.
+  std::unique_ptr<media::MmprojFile> mmproj;
+  std::unique_ptr<media::VisionEncoder> vision;
+  if (a.has("--mmproj")) {
+    mmproj = media::MmprojFile::open(a.str("--mmproj"));
+    if (!mmproj->has_vision()) mmproj->fail("holds no vision tower (gem4 serve reads image_url parts with it)");
+    vision = std::make_unique<media::VisionEncoder>(*mmproj);
+    if (vision->n_embd_out() != model->config.d_model)
+      mmproj->fail("projects to " + std::to_string(vision->n_embd_out()) + " values but the model's width is " +
+                   std::to_string(model->config.d_model));
+    served.encode_image = [enc = vision.get()](const std::string& bytes, const std::string& where) {
+      const auto img = media::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), where);
+      return generate::make_media_input(true, enc->encode(img, nullptr), enc->n_embd_out());
+    };
+  }
 
   std::unique_ptr<Model> draft_model;
   if (a.has("-md")) draft_model = Model::load(a.str("-md"), load_options(a));
