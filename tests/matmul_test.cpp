@@ -7,7 +7,7 @@
 //  * For the K-quants against the exact product within that bound, and on AVX-512 (whose kernels multiply
 //    them with 8-bit activations) against llama.cpp's arithmetic: activations quantized to Q8_K, one
 //    f32 scale per 256 values (~1e-5 relative).
-//    (The AArch64 sets do so for Q4_K and Q5_K; Q6_K they multiply in f32, as Scalar does.)
+//    (So do the AArch64 sets.)
 //  * For F32, F16, BF16 against the exact product of the dequantized weights, to float rounding.
 #include "kernels/matmul.h"
 #include "kernels/packed_matrix.h"
@@ -43,13 +43,9 @@ bool is_int8_activation_type(GgmlType t) {
          t == GgmlType::Q5_1;
 }
 bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
-// Whether `isa`'s kernels for K-quant type t use 8-bit (Q8_K) activations: every x86 SIMD set; the
-// AArch64 sets for Q4_K and Q5_K (Q6_K in f32); Scalar never.
-bool k_quants_through_q8k(Isa isa, GgmlType t) {
-  if (isa == Isa::Avx2 || isa == Isa::AvxVnni || isa == Isa::Avx512) return true;
-  const bool arm = isa == Isa::Neon || isa == Isa::NeonDotprod || isa == Isa::NeonI8mm;
-  return arm && (t == GgmlType::Q4_K || t == GgmlType::Q5_K);
-}
+// Whether `isa`'s K-quant kernels use 8-bit (Q8_K) activations: every SIMD set, x86 and AArch64; the
+// Scalar set multiplies the dequantized weights in f32.
+bool k_quants_through_q8k(Isa isa) { return isa != Isa::Scalar; }
 
 using test::IsaOverride;
 
@@ -405,7 +401,7 @@ void check_all_paths(const Case& c, const std::vector<Isa>& isas, ThreadPool* po
           EXPECT_TRUE(check_fast_path(c, v, x, exact_with_bound, 1e-5, true, p))
               << c.describe(isa, p) << " vs exact product";
         } else if (is_k_quant(c.type)) {
-          if (k_quants_through_q8k(isa, c.type)) {  // the int8 kernels: llama.cpp's Q8_K activations
+          if (k_quants_through_q8k(isa)) {  // the int8 kernels: llama.cpp's Q8_K activations
             EXPECT_TRUE(check_fast_path(c, v, x, q8k, 2e-5, false, p))
                 << c.describe(isa, p) << layout << " vs q8_K reference";
           }

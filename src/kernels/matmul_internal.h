@@ -71,8 +71,8 @@ void matmul_bf16_avx512(const MatrixView& w, const float* x, int64_t rows, int64
 // matmul_neon quantizes the activations as scalar_int8 does, decodes 4 weight rows at a time to signed
 // bytes (level - offset) and takes the set's tile for the integer sums, then the scalar path's float
 // steps (sum += (d_w d_x) isum, + m_w s_x), so every AArch64 set gives the Scalar set's bits on the
-// 8-bit-activation types. Q4_K and Q5_K: the same tiles per 32-element sub-block on llama.cpp's Q8_K
-// activations. Other types (F32, F16, BF16, Q6_K): f32 weight rows, f32 FMA dots.
+// 8-bit-activation types. The K-quants: the same tiles per 32-element sub-block (Q6_K: per 16-element
+// unit) on llama.cpp's Q8_K activations. F32, F16, BF16: f32 weight rows, f32 FMA dots.
 void matmul_neon(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                  ThreadPool* pool, Isa isa);
 // Integer sums of one tile: 4 decoded weight rows against `nrows` (1..4) quantized activation rows,

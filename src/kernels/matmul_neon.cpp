@@ -5,11 +5,12 @@
 //    block as scalar_int8 does (the same bits: round half to even, fp16 scales), each 4-row group of
 //    weights decoded once to signed bytes (level - offset), the set's tile for the integer sums, then
 //    scalar_int8's float steps per block. Every AArch64 set gives the Scalar set's results bit for bit.
-//  * Q4_K, Q5_K: the same tiles on their 32-element sub-blocks with llama.cpp's Q8_K activations (one
+//  * Q4_K, Q5_K, Q6_K: the same tiles on their 32-element sub-blocks with llama.cpp's Q8_K activations (one
 //    scale per 256, as the x86 sets), sum += (d_x d sc) isum + (-dmin m)(d_x sum q) per sub-block.
-//  * F32, F16, BF16 and Q6_K: weight rows in f32 (converted or dequantized once per 4-row group), dots
-//    with FMA in 4 lanes, the lanes added in a fixed order, then the tail. (Q6_K's 16-element scales do
-//    not fit the 32-element tiles; the x86 sets multiply it with 8-bit activations, this path in f32.)
+//    Q6_K's scales cover 16 elements: each 16-element unit is a block of its own (its half of the 32
+//    bytes, zeros in the other, the activation block repeated), twice the tile work but 8-bit math.
+//  * F32, F16, BF16: weight rows in f32 (converted once per 4-row group), dots with FMA in 4 lanes, the
+//    lanes added in a fixed order, then the tail.
 // Batch invariance: every output is computed by the same operations whichever tile or thread it falls
 // in; integer sums are exact.
 #include <arm_neon.h>
@@ -93,17 +94,18 @@ void quantize_rows(const float* x, int64_t rows, int64_t ldx, int64_t nb, bool i
 }
 
 // The same layout from llama.cpp's Q8_K activations (quantize_row_q8_k, one f32 scale per 256 values),
-// for the K-quants: per 32-element block the super-block's d and s = d * (the block's sum of q).
-void quantize_rows_q8k(const float* x, int64_t rows, int64_t ldx, int64_t in, bool interleaved, int8_t* q,
-                       float* d, float* s) {
-  const int64_t nb = in / kQK;
+// for the K-quants: per 32-element block the super-block's d and s = d * (the block's sum of q). Q6_K
+// (repeat 2) takes every block twice: its weights are split into 16-element halves (decode_group_q6k).
+void quantize_rows_q8k(const float* x, int64_t rows, int64_t ldx, int64_t in, int repeat, bool interleaved,
+                       int8_t* q, float* d, float* s) {
+  const int64_t nb = in / kQK * repeat;
   if (interleaved && rows % 2) std::memset(q + (rows - 1) * nb * 32, 0, size_t(nb) * 64);
   std::vector<BlockQ8_K> blocks(size_t(in / kQKK));
   for (int64_t r = 0; r < rows; ++r) {
     quantize_row_q8_k(x + r * ldx, blocks.data(), in);
     for (int64_t b = 0; b < nb; ++b) {
-      const BlockQ8_K& k = blocks[size_t(b / 8)];
-      const int sub = int(b % 8);
+      const BlockQ8_K& k = blocks[size_t(b / repeat / 8)];
+      const int sub = int(b / repeat % 8);
       const int64_t i = r * nb + b;
       d[i] = k.d;
       s[i] = k.d * float(k.bsums[2 * sub] + k.bsums[2 * sub + 1]);
@@ -190,6 +192,25 @@ inline void decode_block(GgmlType t, const uint8_t* blk, int8x16_t* lo, int8x16_
   }
 }
 
+// One block of 4 decoded weight rows (elements 0-15 in lo, 16-31 in hi) in the tile's layout.
+void store_block(const int8x16_t* lo, const int8x16_t* hi, bool interleaved, int8_t* out) {
+  if (!interleaved) {
+    for (int j = 0; j < kGroupRows; ++j) {
+      vst1q_s8(out + 32 * j, lo[j]);
+      vst1q_s8(out + 32 * j + 16, hi[j]);
+    }
+    return;
+  }
+  for (int p = 0; p < 2; ++p) {
+    const int64x2_t l0 = vreinterpretq_s64_s8(lo[2 * p]), l1 = vreinterpretq_s64_s8(lo[2 * p + 1]);
+    const int64x2_t h0 = vreinterpretq_s64_s8(hi[2 * p]), h1 = vreinterpretq_s64_s8(hi[2 * p + 1]);
+    vst1q_s8(out + 64 * p, vreinterpretq_s8_s64(vzip1q_s64(l0, l1)));
+    vst1q_s8(out + 64 * p + 16, vreinterpretq_s8_s64(vzip2q_s64(l0, l1)));
+    vst1q_s8(out + 64 * p + 32, vreinterpretq_s8_s64(vzip1q_s64(h0, h1)));
+    vst1q_s8(out + 64 * p + 48, vreinterpretq_s8_s64(vzip2q_s64(h0, h1)));
+  }
+}
+
 // 32-element sub-block b of a Q4_K or Q5_K row as unsigned levels (elements 0-15, 16-31), the
 // sub-block's scale d * sc and its additive min -(dmin * m), as dequantize_row forms them.
 template <GgmlType T>
@@ -231,21 +252,45 @@ void decode_group_of(const MatrixView& w, int64_t o0, int64_t nb, bool interleav
       } else {
         decode_block(T, rows[j] + b * block_bytes, &lo[j], &hi[j], &dw[b * 4 + j], &mw[b * 4 + j]);
       }
-    int8_t* out = panel + b * 128;
-    if (!interleaved) {
-      for (int j = 0; j < kGroupRows; ++j) {
-        vst1q_s8(out + 32 * j, lo[j]);
-        vst1q_s8(out + 32 * j + 16, hi[j]);
+    store_block(lo, hi, interleaved, panel + b * 128);
+  }
+}
+
+// Q6_K: its scales cover 16 elements, the tiles' blocks 32, so each 16-element unit u of a super-block
+// becomes a block of its own: the unit's levels - 32 in its half of 32-element block u / 2, zeros in the
+// other half (the activations hold every block twice), scale d * scales[u], no min. nb counts units.
+void decode_group_q6k(const MatrixView& w, int64_t o0, int64_t nb, bool interleaved, int8_t* panel, float* dw,
+                      float* mw) {
+  const BlockQ6_K* rows[kGroupRows];
+  for (int j = 0; j < kGroupRows; ++j) rows[j] = reinterpret_cast<const BlockQ6_K*>(row_ptr(w, o0 + j));
+  int8_t levels[kGroupRows][kQKK];
+  const int8x16_t zero = vdupq_n_s8(0);
+  for (int64_t sb = 0; sb < nb / 16; ++sb) {
+    for (int j = 0; j < kGroupRows; ++j) {
+      const BlockQ6_K& blk = rows[j][sb];
+      int8_t* q = levels[j];
+      for (int half = 0; half < 2; ++half) {  // dequant_q6_k's element order
+        const uint8_t* ql = blk.ql + 64 * half;
+        const uint8_t* qh = blk.qh + 32 * half;
+        for (int l = 0; l < 32; ++l) {
+          q[128 * half + l] = int8_t(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+          q[128 * half + l + 32] = int8_t(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+          q[128 * half + l + 64] = int8_t(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+          q[128 * half + l + 96] = int8_t(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
       }
-      continue;
     }
-    for (int p = 0; p < 2; ++p) {
-      const int64x2_t l0 = vreinterpretq_s64_s8(lo[2 * p]), l1 = vreinterpretq_s64_s8(lo[2 * p + 1]);
-      const int64x2_t h0 = vreinterpretq_s64_s8(hi[2 * p]), h1 = vreinterpretq_s64_s8(hi[2 * p + 1]);
-      vst1q_s8(out + 64 * p, vreinterpretq_s8_s64(vzip1q_s64(l0, l1)));
-      vst1q_s8(out + 64 * p + 16, vreinterpretq_s8_s64(vzip2q_s64(l0, l1)));
-      vst1q_s8(out + 64 * p + 32, vreinterpretq_s8_s64(vzip1q_s64(h0, h1)));
-      vst1q_s8(out + 64 * p + 48, vreinterpretq_s8_s64(vzip2q_s64(h0, h1)));
+    for (int u = 0; u < 16; ++u) {
+      const int64_t b = sb * 16 + u;
+      int8x16_t lo[kGroupRows], hi[kGroupRows];
+      for (int j = 0; j < kGroupRows; ++j) {
+        const int8x16_t v = vld1q_s8(levels[j] + 16 * u);
+        lo[j] = u % 2 ? zero : v;
+        hi[j] = u % 2 ? v : zero;
+        dw[b * 4 + j] = half_to_float(rows[j][sb].d) * float(rows[j][sb].scales[u]);
+        mw[b * 4 + j] = 0.0f;
+      }
+      store_block(lo, hi, interleaved, panel + b * 128);
     }
   }
 }
@@ -253,6 +298,8 @@ void decode_group_of(const MatrixView& w, int64_t o0, int64_t nb, bool interleav
 void decode_group(const MatrixView& w, int64_t o0, int64_t nb, bool interleaved, int8_t* panel, float* dw,
                   float* mw) {
   switch (w.type) {
+    case GgmlType::Q6_K:
+      return decode_group_q6k(w, o0, nb, interleaved, panel, dw, mw);
     case GgmlType::Q8_0:
       return decode_group_of<GgmlType::Q8_0>(w, o0, nb, interleaved, panel, dw, mw);
     case GgmlType::Q4_0:
@@ -272,16 +319,17 @@ void decode_group(const MatrixView& w, int64_t o0, int64_t nb, bool interleaved,
 
 void int8_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                  ThreadPool* pool, Int8Tile tile) {
-  const bool k_quant = w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K;
-  const bool has_min = k_quant || int8_format(w.type).has_min;
-  const int64_t nb = w.in / kQK;
+  const bool q6k = w.type == GgmlType::Q6_K;
+  const bool k_quant = w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K || q6k;
+  const bool has_min = k_quant ? !q6k : int8_format(w.type).has_min;
+  const int64_t nb = w.in / kQK * (q6k ? 2 : 1);  // blocks of the tiles (Q6_K: 16-element units)
   const int64_t padded_rows = tile.interleaved ? (rows + 1) / 2 * 2 : rows;
   const size_t q_bytes = size_t(padded_rows * nb) * 32;
   auto* q = static_cast<int8_t*>(thread_scratch(kSlotActivations, q_bytes + 2 * sizeof(float) * rows * nb));
   float* dx = reinterpret_cast<float*>(q + q_bytes);
   float* sx = dx + rows * nb;
   if (k_quant) {
-    quantize_rows_q8k(x, rows, ldx, w.in, tile.interleaved, q, dx, sx);
+    quantize_rows_q8k(x, rows, ldx, w.in, q6k ? 2 : 1, tile.interleaved, q, dx, sx);
   } else {
     quantize_rows(x, rows, ldx, nb, tile.interleaved, q, dx, sx);
   }
@@ -410,7 +458,8 @@ void float_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx
 
 void matmul_neon(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                  ThreadPool* pool, Isa isa) {
-  if (!is_int8_type(w.type) && w.type != GgmlType::Q4_K && w.type != GgmlType::Q5_K)
+  if (!is_int8_type(w.type) && w.type != GgmlType::Q4_K && w.type != GgmlType::Q5_K &&
+      w.type != GgmlType::Q6_K)
     return float_matmul(w, x, rows, ldx, y, ldy, pool);
   const Int8Tile tile = isa == Isa::NeonI8mm      ? int8_tile_i8mm()
                         : isa == Isa::NeonDotprod ? int8_tile_dotprod()
