@@ -10,6 +10,7 @@
 
 #include "generate/grammar/gbnf.h"
 #include "generate/grammar/json_schema.h"
+#include "server/audio_parts.h"
 #include "server/media_parts.h"
 #include "text/chat_format.h"
 
@@ -251,8 +252,13 @@ void check_content(const json& msg, const std::string& where, bool required) {
       image_url_of(part, pw);
       continue;
     }
+    if (*type == "input_audio") {
+      input_audio_bytes(part, pw);
+      continue;
+    }
     if (*type != "text")
-      bad(pw + ".type", "content part type '" + *type + "' is not supported (text and image_url are)",
+      bad(pw + ".type",
+          "content part type '" + *type + "' is not supported (text, image_url and input_audio are)",
           "unsupported_value");
     if (!get_string(part, "text", pw + "."))
       bad(pw + ".text", "'" + pw + ".text' is required", "missing_required_parameter");
@@ -489,8 +495,16 @@ ChatPrompt render_chat_prompt(const json& body) {
     if (!content || !content->is_array()) continue;
     for (size_t j = 0; j < content->size(); ++j) {
       json& part = (*content)[j];
-      if (!part.is_object() || part.value("type", "") != "image_url") continue;
+      if (!part.is_object()) continue;
       const std::string pw = "messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
+      if (part.value("type", "") == "input_audio") {
+        // The template's audio placeholder; the WAV bytes kept in order for the audio tower.
+        out.audio.push_back(input_audio_bytes(part, pw));
+        out.audio_params.push_back(pw);
+        part = json{{"type", "audio"}};
+        continue;
+      }
+      if (part.value("type", "") != "image_url") continue;
       out.images.push_back(data_uri_bytes(image_url_of(part, pw), pw + ".image_url.url"));
       out.image_params.push_back(pw);
       part = json{{"type", "image"}};
@@ -558,20 +572,28 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
   ApiRequest r;
   r.prompt_text = prompt.text;
   r.gen.prompt = tok.encode(prompt.text, /*add_bos=*/false, /*parse_special=*/true);
-  if (!prompt.images.empty()) {
-    if (!model.encode_image)
+  if (!prompt.images.empty() || !prompt.audio.empty()) {
+    if (!prompt.images.empty() && !model.encode_image)
       throw ApiError(400, "this server has no projector for images (start it with gem4 serve --mmproj FILE)",
                      prompt.image_params[0], "unsupported_value");
+    if (!prompt.audio.empty() && !model.encode_audio)
+      throw ApiError(400, "this server has no audio tower (start it with gem4 serve --mmproj FILE holding one)",
+                     prompt.audio_params[0], "unsupported_value");
+    // Images and clips each in prompt order: expand_media matches each kind's placeholders in order.
     std::vector<generate::MediaInput> media;
-    for (size_t k = 0; k < prompt.images.size(); ++k) {
+    const auto encode = [&](const auto& fn, const std::string& bytes, const std::string& where) {
       try {
-        media.push_back(model.encode_image(prompt.images[k], prompt.image_params[k]));
+        media.push_back(fn(bytes, where));
       } catch (const ApiError&) {
         throw;
       } catch (const std::exception& e) {
-        throw ApiError(400, e.what(), prompt.image_params[k]);
+        throw ApiError(400, e.what(), where);
       }
-    }
+    };
+    for (size_t k = 0; k < prompt.images.size(); ++k)
+      encode(model.encode_image, prompt.images[k], prompt.image_params[k]);
+    for (size_t k = 0; k < prompt.audio.size(); ++k)
+      encode(model.encode_audio, prompt.audio[k], prompt.audio_params[k]);
     try {
       r.gen.media = generate::expand_media(r.gen.prompt, tok, media);
     } catch (const std::invalid_argument& e) {

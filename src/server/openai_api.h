@@ -57,8 +57,9 @@ struct ServedModel {
   int n_vocab = 0;
   // Encodes an image's file bytes to soft tokens (gem4 serve --mmproj); null: no projector, image parts
   // are refused. Throws (media::MediaError, ...) for a bad image; `where` names it in the message.
-  // An audio hook (input_audio parts) would sit beside it.
   std::function<generate::MediaInput(const std::string& bytes, const std::string& where)> encode_image;
+  // The same for the WAV bytes of an input_audio part; null: no audio tower, audio parts are refused.
+  std::function<generate::MediaInput(const std::string& bytes, const std::string& where)> encode_audio;
 };
 
 struct ApiRequest {
@@ -73,6 +74,8 @@ struct ChatPrompt {
   std::string text;              // the template's output, plus the forced tool-call opening if any
   std::vector<std::string> images;        // bytes of the image_url parts (data: URIs), in prompt order
   std::vector<std::string> image_params;  // where each came from ("messages[1].content[0]")
+  std::vector<std::string> audio;         // WAV bytes of the input_audio parts, in prompt order
+  std::vector<std::string> audio_params;
   std::string assistant_prefix;  // that forced opening ("<|tool_call>call:NAME{"), or empty
   bool thinking = false;
 };

@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "generate/media_prompt.h"
+#include "media/audio_encoder.h"
 #include "media/image.h"
 #include "media/mmproj_file.h"
 #include "media/vision_encoder.h"
@@ -199,17 +200,34 @@ int cmd_serve(int argc, char** argv, int first) {
   // request is queued; the encoder only reads the projector's weights, so requests may share it.
   std::unique_ptr<media::MmprojFile> mmproj;
   std::unique_ptr<media::VisionEncoder> vision;
+  std::unique_ptr<media::AudioEncoder> audio;  // input_audio parts (WAV), encoded the same way
   if (a.has("--mmproj")) {
     mmproj = media::MmprojFile::open(a.str("--mmproj"));
-    if (!mmproj->has_vision()) mmproj->fail("holds no vision tower (gem4 serve reads image_url parts with it)");
-    vision = std::make_unique<media::VisionEncoder>(*mmproj);
-    if (vision->n_embd_out() != model->config.d_model)
-      mmproj->fail("projects to " + std::to_string(vision->n_embd_out()) + " values but the model's width is " +
-                   std::to_string(model->config.d_model));
-    served.encode_image = [enc = vision.get()](const std::string& bytes, const std::string& where) {
-      const auto img = media::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), where);
-      return generate::make_media_input(true, enc->encode(img, nullptr), enc->n_embd_out());
-    };
+    if (!mmproj->has_vision() && !mmproj->has_audio())
+      mmproj->fail(
+          "holds neither a vision nor an audio tower (gem4 serve reads image_url / input_audio with them)");
+    if (mmproj->has_vision()) {
+      vision = std::make_unique<media::VisionEncoder>(*mmproj);
+      if (vision->n_embd_out() != model->config.d_model)
+        mmproj->fail("projects to " + std::to_string(vision->n_embd_out()) +
+                     " values but the model's width is " + std::to_string(model->config.d_model));
+      served.encode_image = [enc = vision.get()](const std::string& bytes, const std::string& where) {
+        const auto img =
+            media::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), where);
+        return generate::make_media_input(true, enc->encode(img, nullptr), enc->n_embd_out());
+      };
+    }
+    if (mmproj->has_audio()) {
+      audio = std::make_unique<media::AudioEncoder>(*mmproj);
+      if (audio->n_embd_out() != model->config.d_model)
+        mmproj->fail("audio tower projects to " + std::to_string(audio->n_embd_out()) +
+                     " values but the model's width is " + std::to_string(model->config.d_model));
+      served.encode_audio = [enc = audio.get()](const std::string& bytes, const std::string& where) {
+        const auto pcm =
+            media::wav_to_16k_mono(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), where);
+        return generate::make_media_input(false, enc->encode(pcm, nullptr), enc->n_embd_out());
+      };
+    }
   }
 
   std::unique_ptr<Model> draft_model;
