@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (and the writer, via round trips) and the WAV reader (with the 16 kHz
-# conversion and the log-mel) with libFuzzer + ASan + UBSan; SECONDS are shared, 3/4 GGUF, 1/4 WAV.
+# Fuzzes the GGUF reader (and the writer, via round trips), the WAV reader (with the 16 kHz
+# conversion and the log-mel) and the image reader (stb_image, with the vision resize) with libFuzzer +
+# ASan + UBSan; SECONDS are shared, 1/2 GGUF, 1/4 WAV, 1/4 images.
 # Usage: scripts/fuzz.sh BUILD_DIR SECONDS
 # Exits non-zero when a fuzzer finds a crash, leak, timeout or out-of-memory; the input that caused
-# it is left in BUILD_DIR/gguf_artifacts/ (wav_artifacts/). The corpora in BUILD_DIR/gguf_corpus and
-# BUILD_DIR/wav_corpus grow across runs.
+# it is left in BUILD_DIR/gguf_artifacts/ (wav_artifacts/, image_artifacts/). The corpora in
+# BUILD_DIR/gguf_corpus, wav_corpus and image_corpus grow across runs.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -16,7 +17,8 @@ mkdir -p "$1"
 build=$(cd "$1" && pwd)
 seconds=$2
 wav_seconds=$(( seconds / 4 > 0 ? seconds / 4 : 1 ))
-gguf_seconds=$(( seconds - wav_seconds > 0 ? seconds - wav_seconds : 1 ))
+image_seconds=$wav_seconds
+gguf_seconds=$(( seconds - wav_seconds - image_seconds > 0 ? seconds - wav_seconds - image_seconds : 1 ))
 cxx=${FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
 if [ -z "$cxx" ]; then
   echo "fuzz.sh: clang++ not found (libFuzzer needs clang; run scripts/install-deps.sh)" >&2
@@ -32,6 +34,9 @@ wav_sources=(src/media/audio_wav.cpp src/media/audio_resample.cpp src/media/audi
 "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -fno-omit-frame-pointer -Isrc "${wav_sources[@]}" tests/fuzz/wav_fuzz.cpp -o "$build/wav_fuzz"
 "$cxx" -std=c++20 -g -O1 tests/fuzz/wav_seeds.cpp -o "$build/wav_seeds"
+"$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -fno-omit-frame-pointer -Isrc src/media/image.cpp src/media/image_preprocess.cpp tests/fuzz/image_fuzz.cpp \
+  -o "$build/image_fuzz"
 
 seeds="$build/gguf_seeds_dir"
 corpus="$build/gguf_corpus"
@@ -76,6 +81,23 @@ echo "fuzz.sh: fuzzing the WAV reader for ${wav_seconds}s"
 if [ $status -ne 0 ]; then
   echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $wav_artifacts:" >&2
   ls -l "$wav_artifacts" >&2 || true
+  exit 1
+fi
+image_seeds="$build/image_seeds_dir"
+image_corpus="$build/image_corpus"
+image_artifacts="$build/image_artifacts"
+rm -rf "$image_seeds"
+mkdir -p "$image_seeds" "$image_corpus" "$image_artifacts"
+for f in "$testdata/mtmd-ref/inputs/"*.png "$testdata/mtmd-ref/inputs/"*.jpg; do
+  [ -f "$f" ] && cp "$f" "$image_seeds/"
+done
+echo "fuzz.sh: fuzzing the image reader for ${image_seconds}s"
+"$build/image_fuzz" -max_total_time="$image_seconds" -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+  -timeout=20 -print_final_stats=1 -artifact_prefix="$image_artifacts/" "$image_corpus" "$image_seeds" ||
+  status=$?
+if [ $status -ne 0 ]; then
+  echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $image_artifacts:" >&2
+  ls -l "$image_artifacts" >&2 || true
   exit 1
 fi
 echo "fuzz.sh: no findings"

@@ -1,5 +1,6 @@
 #include "media/image.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -52,6 +53,45 @@ bool png_header_size(const uint8_t* d, size_t n, int64_t& w, int64_t& h) {
   return true;
 }
 
+// Debian's stb_image (2.27) trusts a JPEG's Huffman table sizes: a DHT segment whose 16 counts add up
+// to more than 256 codes writes past its size table (found by tests/fuzz/image_fuzz.cpp; stb 2.28 checks
+// it). So every DHT segment of the file is checked here first, walking the markers and skipping the
+// entropy-coded data after each SOS (stuffed 0xFF00 bytes and RSTn markers belong to it).
+void check_jpeg_tables(const uint8_t* d, size_t n, const std::string& name) {
+  const auto corrupt = [&](const char* what) { throw MediaError(name + ": corrupt JPEG (" + what + ")"); };
+  size_t i = 2;  // after SOI
+  while (i + 1 < n) {
+    if (d[i] != 0xFF) {
+      ++i;  // entropy-coded data (after SOS) or padding: look for the next marker
+      continue;
+    }
+    const uint8_t m = d[i + 1];
+    if (m == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (m == 0x00 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {  // stuffed byte, RSTn, TEM: no length
+      i += 2;
+      continue;
+    }
+    if (m == 0xD9) return;   // EOI
+    if (i + 3 >= n) return;  // truncated: stb reports it
+    const size_t len = (size_t(d[i + 2]) << 8) | d[i + 3];
+    if (len < 2) corrupt("a segment shorter than its length field");
+    const size_t end = std::min(n, i + 2 + len);
+    if (m == 0xC4) {
+      size_t p = i + 4;
+      while (p + 17 <= end) {
+        size_t codes = 0;
+        for (int k = 0; k < 16; ++k) codes += d[p + 1 + k];
+        if (codes > 256) corrupt("a Huffman table with more than 256 codes");
+        p += 17 + codes;
+      }
+    }
+    i += 2 + len;
+  }
+}
+
 void check_size(const std::string& name, int64_t w, int64_t h) {
   if (w > kMaxImageSide || h > kMaxImageSide || w * h > kMaxImagePixels)
     throw MediaError(name + ": the image is " + std::to_string(w) + "x" + std::to_string(h) +
@@ -73,6 +113,7 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name)
                      "; gem4 reads PNG and JPEG");
   }
   if (size > size_t(INT32_MAX)) throw MediaError(name + ": the image file is too large");
+  if (format[0] == 'J') check_jpeg_tables(data, size, name);
   int w = 0, h = 0, channels = 0;
   if (int64_t pw = 0, ph = 0; format[0] == 'P' && png_header_size(data, size, pw, ph))
     check_size(name, pw, ph);
