@@ -2,7 +2,13 @@
 // the prompt; another format, bad base64, a file that is not a WAV, a missing field: 400s naming the
 // part; a server whose projector has no audio tower refuses audio parts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <set>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "server_harness.h"
 #include "test_util.h"
 
@@ -81,6 +87,55 @@ TEST(AudioServer, AProjectorWithoutAnAudioTowerRefusesAudioParts) {
   const HttpReply r = post(server.port(), "/v1/chat/completions", body);
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("no audio tower"), std::string::npos) << r.body;
+}
+
+// The vision and audio towers in one file, as real E2B/E4B projectors are.
+std::string write_both_towers(const std::string& path) {
+  gguf::GgufWriter w;
+  std::set<std::string> keys;
+  for (const char* src :
+       {"mtmd-ref/models/gemma4-tiny-vision.gguf", "mtmd-ref/models/gemma4-tiny-audio.gguf"}) {
+    const auto f = gguf::GgufFile::open(testdata(src));
+    for (const auto& [k, v] : f->metadata())
+      if (k != "general.alignment" && keys.insert(k).second) w.set_value(k, v);
+    for (const gguf::TensorInfo& t : f->tensors()) {
+      const uint8_t* d = f->tensor_data(t);
+      w.add_tensor(t.name, t.ne, t.type, std::vector<uint8_t>(d, d + t.nbytes));
+    }
+  }
+  w.write(path);
+  return path;
+}
+
+// The official OpenAI Node.js client sends an image part and an audio part in one message to a server
+// whose projector holds both towers: 48 image and 43 audio soft tokens (each with its two markers) in
+// the prompt; an mp3 part is a 400 the client reports.
+TEST(AudioServer, OpenAINodeClientSendsImageAndAudio) {
+  std::string npm_error;
+  const std::string dir = openai_node_dir(npm_error);
+  ASSERT_FALSE(dir.empty()) << npm_error;
+  const std::string both =
+      write_both_towers(::testing::TempDir() + "gem4_both_towers_" + std::to_string(getpid()) + ".gguf");
+  ServerProcess server({"-m", testdata("mtmd-ref/models/gemma4-tiny-mmvocab-f32.gguf"), "--mmproj", both,
+                        "-t", "2", "--ctx", "1024"});
+  ASSERT_GT(server.port(), 0);
+  const std::string out_path = ::testing::TempDir() + "gem4_node_media_" + std::to_string(getpid()) + ".json";
+  setenv("OPENAI_NODE_DIR", dir.c_str(), 1);
+  setenv("GEM4_BASE_URL", ("http://127.0.0.1:" + std::to_string(server.port()) + "/v1").c_str(), 1);
+  setenv("GEM4_PNG", testdata("mtmd-ref/inputs/img1-rgba-320x240.png").c_str(), 1);
+  setenv("GEM4_WAV", testdata("mtmd-ref/inputs/aud2-tones-44k1-stereo.wav").c_str(), 1);
+  const std::string script = std::string(GEM4_SOURCE_DIR) + "/tests/server_openai_node/media_test.cjs";
+  const int rc = std::system(("timeout 120 node " + script + " > " + out_path + " 2>&1").c_str());
+  const std::string out = read_file(out_path);
+  std::remove(out_path.c_str());
+  std::remove(both.c_str());
+  ASSERT_EQ(rc, 0) << out;
+  const json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  const int text = j["text"]["usage"]["prompt_tokens"].get<int>();
+  EXPECT_EQ(j["audio"]["usage"]["prompt_tokens"].get<int>(), text + 45) << out;
+  EXPECT_EQ(j["both"]["usage"]["prompt_tokens"].get<int>(), text + 45 + 50) << out;
+  EXPECT_EQ(j["bad"]["status"], 400) << out;
 }
 
 }  // namespace
