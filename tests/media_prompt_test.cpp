@@ -251,3 +251,43 @@ TEST(MediaPrompt, PlaceholdersExpandToTheReferenceLayout) {
 
 }  // namespace
 }  // namespace gem4
+
+namespace gem4 {
+namespace {
+
+// Audio soft tokens are decoded causally: the reference's audio prompts, from the placeholder.
+TEST(MediaPrompt, AudioPromptsAreCausalAndMatchLlamaCpp) {
+  auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
+  const auto tok = text::Tokenizer::from_gguf(*model->file);
+  for (const char* id : {"audio__aud1-speech-16k-mono", "audio__aud2-tones-44k1-stereo"}) {
+    SCOPED_TRACE(id);
+    const nlohmann::json info = info_of(id);
+    std::vector<int32_t> ids =
+        tok.encode("<|turn>user\n<|audio|>Transcribe this audio.<turn|>\n<|turn>model\n", true, true);
+    generate::MediaInput m;
+    m.image = false;
+    m.embd =
+        std::make_shared<std::vector<float>>(test::read_f32(mtmd(std::string("dumps/") + id + "/embd.f32")));
+    m.rows = info["n_media_tokens"].get<int>();
+    m.hash = generate::media_hash(*m.embd);
+    const auto spans = generate::expand_media(ids, tok, {m});
+    ASSERT_EQ(spans.size(), 1u);
+    EXPECT_FALSE(spans[0].bidirectional);
+    std::vector<int32_t> want = info["chunks"][0]["ids"].get<std::vector<int32_t>>();
+    want.insert(want.end(), size_t(m.rows), tok.pad());
+    for (int t : info["chunks"][2]["ids"].get<std::vector<int32_t>>()) want.push_back(t);
+    EXPECT_EQ(ids, want);
+    SessionOptions opt;
+    opt.n_ctx = 256;
+    opt.kv_type = KvType::F32;
+    Session s(*model, nullptr, opt);
+    s.set_tokens(ids, spans);
+    const auto ref = test::read_f32(mtmd(std::string("dumps/") + id + "/logits_last.f32"));
+    const double dl = test::max_abs_diff(s.logits(), ref.data(), ref.size());
+    EXPECT_LE(dl, kTextBaseline);
+    std::printf("  %s: last logits max |diff| %.3g\n", id, dl);
+  }
+}
+
+}  // namespace
+}  // namespace gem4

@@ -29,12 +29,7 @@ generate::MediaInput finish(bool image, std::vector<float> embd, int n_embd, int
   if (n_embd != n_embd_text)
     f.fail("projects to " + std::to_string(n_embd) + " values per soft token but the model's width is " +
            std::to_string(n_embd_text) + " (a projector for another model?)");
-  generate::MediaInput m;
-  m.image = image;
-  m.rows = n_embd ? int(embd.size() / size_t(n_embd)) : 0;
-  m.hash = generate::media_hash(embd);
-  m.embd = std::make_shared<const std::vector<float>>(std::move(embd));
-  return m;
+  return generate::make_media_input(image, std::move(embd), n_embd);
 }
 
 }  // namespace
