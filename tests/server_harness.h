@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -332,6 +333,24 @@ inline StreamResult stream_chat(int port, const std::string& path, json body, do
     if (!ch["finish_reason"].is_null()) s.finish_reason = ch["finish_reason"];
   }
   return s;
+}
+
+// The official OpenAI Node.js client, installed by npm once into the build tree (<build>/node-openai;
+// node and npm must be on PATH). Returns the folder holding node_modules/openai, or "" with `error`
+// set when the install failed.
+inline std::string openai_node_dir(std::string& error) {
+  const std::string bin = GEM4_BINARY;
+  const std::string dir = bin.substr(0, bin.rfind("/bin/")) + "/node-openai";
+  struct stat st {};
+  if (stat((dir + "/node_modules/openai/package.json").c_str(), &st) == 0) return dir;
+  std::system(("mkdir -p " + dir).c_str());
+  const std::string cmd = "timeout 300 npm install --prefix " + dir +
+                          " openai --no-audit --no-fund --loglevel=error >" + dir + ".log 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    error = "npm install failed:\n" + read_file(dir + ".log");
+    return "";
+  }
+  return dir;
 }
 
 // The messages of a one-turn chat.

@@ -127,8 +127,8 @@ class Library {
 // A tiny-shaped model (random weights, the tiny vocabulary) whose context is 4,096 tokens, for prompts
 // longer than the trained tiny model's context.
 bool make_long_context_model(const std::string& path) {
-  const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " + tiny_model() +
-                          " -t 1 -o " + path + " 2>/dev/null";
+  const std::string cmd = std::string(GEM4_BINARY) + " make-model --preset tiny --ctx 4096 --vocab " +
+                          tiny_model() + " -t 1 -o " + path + " 2>/dev/null";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -1048,7 +1048,8 @@ struct SpecReplies {
   std::string error;
 };
 
-SpecReplies complete_all(int port, const std::vector<std::vector<int32_t>>& prompts, int max_tokens, int clients) {
+SpecReplies complete_all(int port, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                         int clients) {
   SpecReplies r;
   r.text.resize(prompts.size());
   r.accepted.resize(prompts.size());
@@ -1059,8 +1060,9 @@ SpecReplies complete_all(int port, const std::vector<std::vector<int32_t>>& prom
   for (int c = 0; c < clients; ++c)
     threads.emplace_back([&] {
       for (size_t i; (i = next++) < prompts.size();) {
-        const HttpReply h = post(port, "/v1/completions",
-                                 {{"prompt", prompts[i]}, {"max_tokens", max_tokens}, {"temperature", 0}}, 120);
+        const HttpReply h =
+            post(port, "/v1/completions",
+                 {{"prompt", prompts[i]}, {"max_tokens", max_tokens}, {"temperature", 0}}, 120);
         const json j = h.js();
         std::lock_guard<std::mutex> lock(mu);
         if (h.status != 200 || !j.contains("choices")) {
@@ -1141,9 +1143,10 @@ TEST(ServerTest, SpeculationGivesPlainGreedyText) {
       }
       EXPECT_GT(accepted, 0) << spec;
       EXPECT_EQ(metric_value(srv.port(), "gem4_draft_tokens_accepted_total"), double(accepted)) << spec;
-      std::printf("[          ] --spec %-9s --parallel %d: identical %d/24, accepted %lld drafts, as the library's "
-                  "in %d/24\n",
-                  spec, parallel, identical, accepted, same_acceptance);
+      std::printf(
+          "[          ] --spec %-9s --parallel %d: identical %d/24, accepted %lld drafts, as the library's "
+          "in %d/24\n",
+          spec, parallel, identical, accepted, same_acceptance);
       EXPECT_EQ(srv.stop(), 0);
     }
   }
@@ -1175,12 +1178,15 @@ TEST(ServerTest, SharedSystemPromptSurvivesWindowAndRestart) {
     return post(port, "/v1/completions",
                 {{"prompt", p}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logit_bias", no_eog}}, 120);
   };
-  auto cached = [](const HttpReply& r) { return r.js()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(); };
+  auto cached = [](const HttpReply& r) {
+    return r.js()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
   const int need = int(0.95 * 2001);
   {
     ServerProcess srv({"-m", model, "-t", "1", "--parallel", "1", "--ctx", "4096", "--prompt-cache", dir});
     ASSERT_TRUE(srv.ok());
-    const HttpReply first = ask(srv.port(), prompt(0), 1200);  // the rings (64 + 1024 cells) move past the prefix
+    const HttpReply first =
+        ask(srv.port(), prompt(0), 1200);  // the rings (64 + 1024 cells) move past the prefix
     ASSERT_EQ(first.status, 200) << first.body;
     EXPECT_EQ(cached(first), 0);
     EXPECT_EQ(first.js()["usage"]["completion_tokens"], 1200) << first.body;
@@ -1188,7 +1194,8 @@ TEST(ServerTest, SharedSystemPromptSurvivesWindowAndRestart) {
       const HttpReply r = ask(srv.port(), prompt(turn), 8);
       ASSERT_EQ(r.status, 200) << r.body;
       EXPECT_GE(cached(r), need) << "turn " << turn;
-      std::printf("[          ] turn %d after a 1,200-token reply: %d of 2,031 prompt tokens cached\n", turn, cached(r));
+      std::printf("[          ] turn %d after a 1,200-token reply: %d of 2,031 prompt tokens cached\n", turn,
+                  cached(r));
       EXPECT_EQ(r.js()["choices"][0]["text"], lib.greedy(prompt(turn), 8, false, nullptr, &no_eog).text);
     }
     // An unrelated prompt takes the slot; the shared prefix then comes from the prefix store alone.
@@ -1241,7 +1248,8 @@ TEST(ServerTest, SharedSystemPromptSurvivesWindowAndRestart) {
     ASSERT_TRUE(srv.ok());
     const std::vector<int32_t> full = prompt(6);
     const std::vector<int32_t> p(full.begin(), full.begin() + 300);
-    const HttpReply r = post(srv.port(), "/v1/completions", {{"prompt", p}, {"max_tokens", 4}, {"temperature", 0}});
+    const HttpReply r =
+        post(srv.port(), "/v1/completions", {{"prompt", p}, {"max_tokens", 4}, {"temperature", 0}});
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(cached(r), 0);
     EXPECT_EQ(r.js()["choices"][0]["text"], tiny_lib.greedy(p, 4, false).text);
@@ -1254,16 +1262,9 @@ TEST(ServerTest, SharedSystemPromptSurvivesWindowAndRestart) {
 // The official OpenAI Node.js client against the server. npm installs the `openai` package once
 // into the build tree (<build>/node-openai); node and npm must be on PATH.
 TEST(ServerTest, OpenAINodeClient) {
-  const std::string bin = GEM4_BINARY;
-  const std::string build = bin.substr(0, bin.rfind("/bin/"));
-  const std::string dir = build + "/node-openai";
-  struct stat st {};
-  if (stat((dir + "/node_modules/openai/package.json").c_str(), &st) != 0) {
-    const std::string cmd = "timeout 300 npm install --prefix " + dir +
-                            " openai --no-audit --no-fund --loglevel=error >" + dir + ".log 2>&1";
-    std::system(("mkdir -p " + dir).c_str());
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << "npm install failed:\n" << read_file(dir + ".log");
-  }
+  std::string npm_error;
+  const std::string dir = openai_node_dir(npm_error);
+  ASSERT_FALSE(dir.empty()) << npm_error;
   Library lib(tiny_model());
   ServerProcess srv({"-m", tiny_model(), "-t", "1", "--parallel", "2", "--api-key", "node-key"});
   ASSERT_TRUE(srv.ok());
