@@ -289,6 +289,46 @@ TEST_F(GrammarModel, FortySchemasGenerateValidJson) {
   EXPECT_NE(report.find("120/120 valid"), std::string::npos) << report;
 }
 
+// Thinking on: the first token may open a thought block; inside it anything but end of generation
+// goes; the grammar starts after the closing token, and rolling back crosses the phases.
+TEST_F(GrammarModel, ThinkingStaysUnconstrained) {
+  auto c = constraint(json_object_gbnf());
+  const auto open = tokenizer_->find_token("<|channel>"), close = tokenizer_->find_token("<channel|>");
+  ASSERT_TRUE(open && close) << "the tiny model's vocabulary has Gemma 4's thought-block tokens";
+  const int32_t eog = tokenizer_->eog_ids()[0];
+  const auto words = tokenizer_->encode("thought\nLet me think", false, false);
+  const auto brace = tokenizer_->encode("{", false, false);
+  ASSERT_EQ(brace.size(), 1u);
+  EXPECT_FALSE(c->allows(*open)) << "thinking is off by default";
+  generate::allow_gemma_thinking(*c, *tokenizer_);
+  EXPECT_TRUE(c->allows(*open));
+  EXPECT_TRUE(c->allows(brace[0]));  // the answer may start at once
+  EXPECT_FALSE(c->allows(words.back()));
+  c->accept(*open);
+  for (int32_t t : words) {
+    EXPECT_TRUE(c->allows(t)) << tokenizer_->token_piece(t);
+    EXPECT_FALSE(c->allows(eog));
+    EXPECT_FALSE(c->can_end());
+    c->accept(t);
+  }
+  EXPECT_TRUE(c->allows(*close));
+  c->accept(*close);
+  EXPECT_FALSE(c->allows(words.back())) << "the answer follows the grammar";
+  EXPECT_FALSE(c->allows(*open)) << "one thought block, before the answer";
+  EXPECT_TRUE(c->allows(brace[0]));
+  for (int32_t t : tokenizer_->encode("{\"a\": 1}", false, false)) c->accept(t);
+  EXPECT_TRUE(c->can_end());
+  c->rollback(c->accepted() - 1);  // back inside the thought block
+  EXPECT_TRUE(c->allows(words.back()));
+  EXPECT_FALSE(c->allows(eog));
+  c->reset();  // a new reply may think again
+  EXPECT_TRUE(c->allows(*open));
+  // Without opening a thought block, the answer is constrained from the first token.
+  c->accept(brace[0]);
+  EXPECT_FALSE(c->allows(*open));
+  EXPECT_FALSE(c->allows(words.back()));
+}
+
 TEST_F(GrammarModel, GbnfConstrainsGeneration) {
   auto s = session();
   for (const char* g : {kArithmetic, kList}) {

@@ -14,6 +14,8 @@
 // `gem4 chat --session FILE` goes on where it stopped without recomputing the conversation.
 // Ctrl-C while the model writes stops that reply (kept as far as it went) and returns to the prompt;
 // Ctrl-C at the prompt exits.
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -22,13 +24,12 @@
 #include <iostream>
 #include <string>
 
-#include <unistd.h>
-
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/generation_options.h"
 #include "cli/media_input.h"
+#include "generate/constraint.h"
 #include "generate/generate.h"
 #include "kernels/thread_pool.h"
 #include "text/tokenizer.h"
@@ -77,7 +78,8 @@ nlohmann::json read_session(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error("chat: --session " + path + " is not a chat session file: " + e.what());
   }
-  if (!j.is_object() || j.value("format", "") != kSessionFormat || !j.contains("messages") || !j["messages"].is_array())
+  if (!j.is_object() || j.value("format", "") != kSessionFormat || !j.contains("messages") ||
+      !j["messages"].is_array())
     throw std::runtime_error("chat: --session " + path + " is not a chat session file (no \"format\": \"" +
                              std::string(kSessionFormat) + "\" with \"messages\")");
   for (const auto& m : j["messages"])
@@ -108,7 +110,8 @@ int cmd_chat(int argc, char** argv, int first) {
          "Per turn, stderr shows \"[prompt: N new tokens, M reused] [reply: G tokens, T t/s, stop: R]\".");
   a.value("-m,--model", "FILE", "GGUF model");
   a.value("--system", "TEXT", "system message");
-  a.flag("--think", "enable thinking (the reasoning is shown dimmed, or on stderr when stdout is not a terminal)");
+  a.flag("--think",
+         "enable thinking (the reasoning is shown dimmed, or on stderr when stdout is not a terminal)");
   a.flag("--no-bos", "do not start the prompt with BOS");
   a.value("--session", "FILE", "save the conversation in FILE after each turn and resume it from there");
   declare_spec_flags(a);
@@ -129,6 +132,7 @@ int cmd_chat(int argc, char** argv, int first) {
   generate::GenerateRequest req;
   req.sampling = sampling_params(a, *model->file);
   req.constraint = constraint_from_flags(a, tokenizer);  // each reply follows it (reset per turn)
+  if (req.constraint && think) generate::allow_gemma_thinking(*req.constraint, tokenizer);
   apply_request_flags(a, req);
   ThreadPool pool(thread_count(a));
   const SessionOptions opt = session_options(a, *model);
@@ -140,8 +144,8 @@ int cmd_chat(int argc, char** argv, int first) {
   if (a.has("--prompt-cache")) {
     prompt_cache = open_prompt_cache(a, *model, session.kv(), session.store());
   } else if (!session_file.empty() && session.store()) {
-    prompt_cache = open_prompt_cache_at(session_file + ".kv", uint64_t(a.integer("--prompt-cache-mib")) << 20, *model,
-                                        session.kv(), *session.store());
+    prompt_cache = open_prompt_cache_at(session_file + ".kv", uint64_t(a.integer("--prompt-cache-mib")) << 20,
+                                        *model, session.kv(), *session.store());
   }
   session.engine().set_disk(prompt_cache.get());
   // Media: every image of the conversation in order (what the template's placeholders stand for), and
@@ -171,10 +175,12 @@ int cmd_chat(int argc, char** argv, int first) {
           for (const auto& part : m["content"])
             if (part.value("type", "") == "image" || part.value("type", "") == "audio") {
               if (!encoders)
-                throw ArgError("chat: --session " + session_file + " holds images or audio: give --mmproj FILE");
+                throw ArgError("chat: --session " + session_file +
+                               " holds images or audio: give --mmproj FILE");
               const std::string p = part.value("path", "");
-              conversation_media.push_back(
-                  {p, part.value("type", "") == "image" ? encoders->image(p, &pool) : encoders->audio(p, &pool)});
+              conversation_media.push_back({p, part.value("type", "") == "image"
+                                                   ? encoders->image(p, &pool)
+                                                   : encoders->audio(p, &pool)});
             }
       std::fprintf(stderr, "chat: resumed %zu messages from %s\n", messages.size(), session_file.c_str());
     }
@@ -182,7 +188,8 @@ int cmd_chat(int argc, char** argv, int first) {
 
   const bool interactive = isatty(STDIN_FILENO) == 1;
   std::fprintf(stderr, "%s\nchat: context %d tokens; /reset starts over, /exit quits%s\n",
-               describe_sampling(req.sampling).c_str(), session.n_ctx(), interactive ? ", Ctrl-C stops a reply" : "");
+               describe_sampling(req.sampling).c_str(), session.n_ctx(),
+               interactive ? ", Ctrl-C stops a reply" : "");
   install_sigint_handler();
   std::string line;
   while (true) {

@@ -4,17 +4,18 @@
 // with BOS unless --no-bos. --chat wraps it as a user turn with the Gemma 4 chat format (plus an
 // optional system turn, and thinking with --think); the template writes the BOS itself. In chat mode
 // the reply goes through the output parser: see ReplyPrinter for where the reasoning goes.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/generation_options.h"
 #include "cli/media_input.h"
+#include "generate/constraint.h"
 #include "generate/generate.h"
 #include "generate/speculative.h"
 #include "kernels/thread_pool.h"
@@ -34,14 +35,16 @@ std::string read_prompt(const Args& a) {
 }
 
 void print_timings(const generate::GenerateStats& st, const KvCache& kv, double first_token_since_start) {
-  std::fprintf(stderr, "\n\nprompt:     %d tokens (%d processed, %d reused) in %.3f s, %.1f t/s\n", st.prompt_tokens,
-               st.prompt_processed, st.prompt_reused, st.prompt_s, st.prompt_tokens_per_s());
-  std::fprintf(stderr, "generation: %d tokens in %.3f s, %.1f t/s (stop: %s)\n", st.generated, st.generation_s,
-               st.generation_tokens_per_s(), generate::stop_reason_name(st.stop));
-  std::fprintf(stderr, "time to first token: %.3f s after the prompt, %.3f s after the process started\n", st.ttft_s,
-               first_token_since_start);
-  std::fprintf(stderr, "peak RSS: %s, KV cache: %s (%s, %d tokens)\n", human_bytes(double(peak_rss_bytes())).c_str(),
-               human_bytes(double(kv.bytes())).c_str(), kv_type_name(kv.type()), kv.n_ctx());
+  std::fprintf(stderr, "\n\nprompt:     %d tokens (%d processed, %d reused) in %.3f s, %.1f t/s\n",
+               st.prompt_tokens, st.prompt_processed, st.prompt_reused, st.prompt_s,
+               st.prompt_tokens_per_s());
+  std::fprintf(stderr, "generation: %d tokens in %.3f s, %.1f t/s (stop: %s)\n", st.generated,
+               st.generation_s, st.generation_tokens_per_s(), generate::stop_reason_name(st.stop));
+  std::fprintf(stderr, "time to first token: %.3f s after the prompt, %.3f s after the process started\n",
+               st.ttft_s, first_token_since_start);
+  std::fprintf(stderr, "peak RSS: %s, KV cache: %s (%s, %d tokens)\n",
+               human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
+               kv_type_name(kv.type()), kv.n_ctx());
 }
 
 }  // namespace
@@ -66,7 +69,8 @@ int cmd_run(int argc, char** argv, int first) {
   }
   if (!a.has("-m")) throw ArgError("run: -m FILE is required");
   const bool chat = a.on("--chat");
-  if (!chat && (a.has("--system") || a.on("--think"))) throw ArgError("run: --system and --think need --chat");
+  if (!chat && (a.has("--system") || a.on("--think")))
+    throw ArgError("run: --system and --think need --chat");
   const std::string prompt_text = read_prompt(a);
 
   const double t_load0 = seconds_since_process_start();
@@ -74,8 +78,8 @@ int cmd_run(int argc, char** argv, int first) {
   const double t_load1 = seconds_since_process_start();
   const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
   std::fprintf(stderr, "load: model %.3f s (%s of weights packed for the kernels: %s), tokenizer %.3f s\n",
-               t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(), model->packed_origin.c_str(),
-               seconds_since_process_start() - t_load1);
+               t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(),
+               model->packed_origin.c_str(), seconds_since_process_start() - t_load1);
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
   ThreadPool pool(thread_count(a));
   // Images and audio: encoded by the projector, their soft tokens placed where the prompt's
@@ -102,6 +106,7 @@ int cmd_run(int argc, char** argv, int first) {
   if (req.prompt.empty()) throw ArgError("run: the prompt is empty (give a text, or drop --no-bos)");
   req.sampling = sampling_params(a, *model->file);
   req.constraint = constraint_from_flags(a, tokenizer);
+  if (req.constraint && chat && a.on("--think")) generate::allow_gemma_thinking(*req.constraint, tokenizer);
   apply_request_flags(a, req);
 
   const SessionOptions opt = session_options(a, *model);
@@ -128,7 +133,8 @@ int cmd_run(int argc, char** argv, int first) {
   };
   generate::SpecStats spec_stats;
   const auto result = generate::generate(session, tokenizer, req, on_piece, &spec_stats);
-  if (spec.drafter) std::fprintf(stderr, "\nspeculative (%s): %s\n", spec.spec.c_str(), spec_stats.summary().c_str());
+  if (spec.drafter)
+    std::fprintf(stderr, "\nspeculative (%s): %s\n", spec.spec.c_str(), spec_stats.summary().c_str());
   if (chat) printer.finish();
   if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "text/tokenizer.h"
+
 namespace gem4::generate {
 
 size_t GrammarConstraint::Hash::operator()(const grammar::StackSet& s) const {
@@ -30,19 +32,35 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> gra
   reset();
 }
 
+void GrammarConstraint::allow_thinking(int32_t open, int32_t close) {
+  if (open < 0 || open >= vocab_->n_vocab() || close < 0 || close >= vocab_->n_vocab() || open == close)
+    throw std::invalid_argument("grammar constraint: bad thought-block tokens " + std::to_string(open) +
+                                ", " + std::to_string(close));
+  think_open_ = open;
+  think_close_ = close;
+  thinking_.assign(eog_only_.size(), ~uint64_t(0));
+  for (size_t w = 0; w < thinking_.size(); ++w) thinking_[w] &= ~eog_only_[w];
+  const int tail = vocab_->n_vocab() % 64;
+  if (tail) thinking_.back() &= (uint64_t(1) << tail) - 1;
+  may_think_.clear();
+  reset();
+}
+
 void GrammarConstraint::reset() {
   history_.clear();
-  history_.push_back({matcher_.initial(), false});
+  history_.push_back({matcher_.initial(), false, think_open_ >= 0 ? Phase::kMayThink : Phase::kAnswer});
   current_ = nullptr;
 }
 
 bool GrammarConstraint::can_end() const {
   const State& s = history_.back();
+  if (s.phase == Phase::kThinking) return false;
   return s.ended || grammar::Matcher::can_end(s.stacks);
 }
 
 bool GrammarConstraint::done() const {
   const State& s = history_.back();
+  if (s.phase != Phase::kAnswer) return false;
   return s.ended || (s.stacks.size() == 1 && s.stacks[0] == grammar::kEmptyStack);
 }
 
@@ -76,6 +94,14 @@ const std::vector<uint64_t>& GrammarConstraint::mask() {
   if (current_) return *current_;
   const State& st = history_.back();
   if (st.ended) return *(current_ = &eog_only_);
+  if (st.phase == Phase::kThinking) return *(current_ = &thinking_);
+  if (st.phase == Phase::kMayThink) {
+    if (may_think_.empty()) {
+      compute(st.stacks, may_think_);
+      may_think_[think_open_ / 64] |= uint64_t(1) << (think_open_ % 64);
+    }
+    return *(current_ = &may_think_);
+  }
   auto it = cache_.find(st.stacks);
   if (it != cache_.end()) {
     stats_.mask_hits++;
@@ -118,7 +144,12 @@ void GrammarConstraint::accept(int32_t token) {
   if (!allows(token))
     throw std::logic_error("grammar constraint: token " + std::to_string(token) + " is not allowed here");
   State next;
-  if (vocab_->is_eog(token) || history_.back().ended) {
+  const Phase phase = history_.back().phase;
+  if (phase == Phase::kMayThink && token == think_open_) {
+    next = {matcher_.initial(), false, Phase::kThinking};
+  } else if (phase == Phase::kThinking) {
+    next = {matcher_.initial(), false, token == think_close_ ? Phase::kAnswer : Phase::kThinking};
+  } else if (vocab_->is_eog(token) || history_.back().ended) {
     next.ended = true;
   } else {
     next.stacks = history_.back().stacks;
@@ -133,6 +164,11 @@ void GrammarConstraint::rollback(int n) {
   n = std::clamp(n, 0, accepted());
   history_.resize(history_.size() - n);
   current_ = nullptr;
+}
+
+void allow_gemma_thinking(GrammarConstraint& c, const text::Tokenizer& tok) {
+  const auto open = tok.find_token("<|channel>"), close = tok.find_token("<channel|>");
+  if (open && close) c.allow_thinking(*open, *close);
 }
 
 }  // namespace gem4::generate

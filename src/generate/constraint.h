@@ -18,6 +18,10 @@
 #include "generate/grammar/matcher.h"
 #include "generate/grammar/token_trie.h"
 
+namespace gem4::text {
+class Tokenizer;
+}
+
 namespace gem4::generate {
 
 struct ConstraintStats {
@@ -31,6 +35,10 @@ class GrammarConstraint {
   GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
                     std::shared_ptr<const grammar::TokenTrie> vocab);
 
+  // Reasoning stays free: with thinking on, the first token may instead open a thought block
+  // (Gemma 4's `<|channel>thought ... <channel|>`, tokens `open` and `close`); inside it every token
+  // but end of generation is allowed, and the grammar applies from the token after `close`.
+  void allow_thinking(int32_t open, int32_t close);
   // Back to the grammar's start (the cache of masks is kept).
   void reset();
   // The tokens allowed now: bit t of word t / 64. Valid until the next call that changes the state.
@@ -53,9 +61,13 @@ class GrammarConstraint {
   const grammar::TokenTrie& vocab() const { return *vocab_; }
 
  private:
+  // kMayThink: nothing generated yet, a thought block may open; kThinking: inside it; kAnswer: the
+  // grammar runs.
+  enum class Phase : uint8_t { kAnswer, kMayThink, kThinking };
   struct State {
     grammar::StackSet stacks;
     bool ended = false;  // an end-of-generation token was accepted
+    Phase phase = Phase::kAnswer;
   };
   struct Hash {
     size_t operator()(const grammar::StackSet& s) const;
@@ -69,9 +81,16 @@ class GrammarConstraint {
   size_t cache_limit_;                              // entries
   const std::vector<uint64_t>* current_ = nullptr;  // mask of history_.back(), when known
   std::vector<uint64_t> eog_only_;
+  int32_t think_open_ = -1, think_close_ = -1;  // allow_thinking's tokens (-1: thinking off)
+  std::vector<uint64_t> thinking_;              // every token but end of generation
+  std::vector<uint64_t> may_think_;       // the start state's mask plus think_open_ (built on first use)
   std::vector<grammar::StackSet> level_;  // per trie depth, during a scan
   std::vector<float> masked_;
   ConstraintStats stats_;
 };
+
+// Thinking on: c.allow_thinking with the vocabulary's Gemma 4 thought-block tokens (<|channel>,
+// <channel|>); a vocabulary without them leaves the constraint as it is.
+void allow_gemma_thinking(GrammarConstraint& c, const text::Tokenizer& tok);
 
 }  // namespace gem4::generate

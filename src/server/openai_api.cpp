@@ -491,7 +491,8 @@ ChatPrompt render_chat_prompt(const json& body) {
   json messages = text::normalize_tool_call_arguments(body["messages"]);
   // image_url parts: the template's image placeholder, the bytes kept in order for the projector.
   for (size_t i = 0; i < messages.size(); ++i) {
-    json* content = messages[i].is_object() && messages[i].contains("content") ? &messages[i]["content"] : nullptr;
+    json* content =
+        messages[i].is_object() && messages[i].contains("content") ? &messages[i]["content"] : nullptr;
     if (!content || !content->is_array()) continue;
     for (size_t j = 0; j < content->size(); ++j) {
       json& part = (*content)[j];
@@ -577,7 +578,8 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
       throw ApiError(400, "this server has no projector for images (start it with gem4 serve --mmproj FILE)",
                      prompt.image_params[0], "unsupported_value");
     if (!prompt.audio.empty() && !model.encode_audio)
-      throw ApiError(400, "this server has no audio tower (start it with gem4 serve --mmproj FILE holding one)",
+      throw ApiError(400,
+                     "this server has no audio tower (start it with gem4 serve --mmproj FILE holding one)",
                      prompt.audio_params[0], "unsupported_value");
     // Images and clips each in prompt order: expand_media matches each kind's placeholders in order.
     std::vector<generate::MediaInput> media;
@@ -607,6 +609,8 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
   parse_sampling(body, model, r.gen.sampling);
   set_limits(r, body, model, "messages", model.n_ctx);
   r.gen.constraint = response_format_constraint(body, tok);
+  // The reasoning stays free; the schema applies to the answer after it.
+  if (r.gen.constraint && prompt.thinking) generate::allow_gemma_thinking(*r.gen.constraint, tok);
   return r;
 }
 
