@@ -10,8 +10,11 @@ namespace gem4::media {
 
 void encoder_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                     ThreadPool* pool) {
+  // Only F32 weights: there llama.cpp's f32 dot products are the arithmetic to match. With F16/BF16
+  // weights ggml rounds the activations to 16 bits instead, which no slicing reproduces, and slices of
+  // 16-bit weights cost ~3x (the panels are converted per slice; E2B-shaped tower: 46 s vs 14 s).
   const int64_t slice = std::max<int64_t>(kEncoderSlice, ggml_block_elems(w.type));
-  if (w.in <= slice || rows <= 0) return matmul(w, x, rows, ldx, y, ldy, pool);
+  if (w.type != GgmlType::F32 || w.in <= slice || rows <= 0) return matmul(w, x, rows, ldx, y, ldy, pool);
   std::vector<float> part(size_t(rows) * size_t(w.out));
   for (int64_t k0 = 0; k0 < w.in; k0 += slice) {
     MatrixView v = w;

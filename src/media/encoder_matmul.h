@@ -6,8 +6,11 @@
 // clamp scalars cut values, so a last-bit difference in a gate sometimes moves a value to the next fp16
 // step, and on the reference projector a single chain left the embeddings 1.2e-4 from llama.cpp's
 // (the patch convolution, a 768-long reduction, most of it). Summing 32-long slices (ggml's accuracy, to
-// within its own rounding) gives 3e-5. Each slice is one kernels::matmul call (the kernel sets' GEMMs),
-// so the cost is the same multiply-adds plus one pass over the output per slice.
+// within its own rounding) gives 3e-5..8e-5. Each slice is one kernels::matmul call (the kernel sets'
+// GEMMs). Only F32 weights are sliced: with F16/BF16 weights (real E2B/E4B files) ggml rounds the
+// activations to 16 bits, which slicing does not reproduce, and 16-bit slices cost ~3x (each slice
+// converts its panels; an E2B-shaped tower took 46 s instead of 14 s per 280-token image). The
+// attention products (scores, value sums) are plain kernels::matmul calls: slicing them gained little.
 #pragma once
 #include <cstdint>
 
@@ -22,8 +25,8 @@ namespace gem4::media {
 // Reduction slice length (a multiple of every 32-element quantized block; K-quants use their 256).
 inline constexpr int64_t kEncoderSlice = 32;
 
-// y[r, o] = sum_i W[o, i] x[r, i] for r < rows (the layout of kernels::matmul), as a sum of slice
-// products taken in order. y must not overlap x.
+// y[r, o] = sum_i W[o, i] x[r, i] for r < rows (the layout of kernels::matmul); for F32 weights as a
+// sum of slice products taken in order. y must not overlap x.
 void encoder_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                     ThreadPool* pool);
 

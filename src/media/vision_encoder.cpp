@@ -141,7 +141,7 @@ void VisionEncoder::run_block(const Block& b, float* h, int64_t n, const std::ve
     kv.in = hd;
     kv.out = n;
     kv.row_bytes = size_t(d) * sizeof(float);
-    encoder_matmul(kv, q.data() + hh * hd, n, d, scores.data(), n, pool);
+    matmul(kv, q.data() + hh * hd, n, d, scores.data(), n, pool);
     parallel_for(pool, n, 16, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) softmax(scores.data() + r * n, n);
     });
@@ -153,7 +153,7 @@ void VisionEncoder::run_block(const Block& b, float* h, int64_t n, const std::ve
     vv.in = n;
     vv.out = hd;
     vv.row_bytes = size_t(n) * sizeof(float);
-    encoder_matmul(vv, scores.data(), n, n, att.data() + hh * hd, d, pool);
+    matmul(vv, scores.data(), n, n, att.data() + hh * hd, d, pool);
   }
   b.o.forward(att.data(), n, d, o.data(), d, pool);
   for (int64_t r = 0; r < n; ++r) {
