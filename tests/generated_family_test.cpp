@@ -80,7 +80,8 @@ TEST(GeneratedFamily, Preset26BA4BHasTheRealDimensions) {
   EXPECT_EQ(t.at("blk.0.ffn_gate_inp.weight")->type, GgmlType::F32) << "llama-quantize keeps the router F32";
   EXPECT_EQ(t.at("token_embd.weight")->type, GgmlType::Q6_K);
   // K-quants fall back where rows are not whole super-blocks (704, 2112), as llama-quantize does.
-  const auto k = by_name(layout_of("26b-a4b", GgmlType::Q4_K));
+  const auto k_layout = layout_of("26b-a4b", GgmlType::Q4_K);
+  const auto k = by_name(k_layout);
   EXPECT_EQ(k.at("blk.0.ffn_down_exps.weight")->type, GgmlType::Q5_0);
   EXPECT_EQ(k.at("blk.0.ffn_down.weight")->type, GgmlType::Q5_0);
   EXPECT_EQ(k.at("blk.0.ffn_gate_up_exps.weight")->type, GgmlType::Q4_K);
