@@ -11,7 +11,7 @@
 
 namespace {
 
-std::string mtmd(const std::string& rel) { return gem4::test::testdata("mtmd-ref/" + rel); }
+using gem4::test::mtmd;
 
 // Runs a shell command, returns its exit status and combined output.
 std::pair<int, std::string> shell(const std::string& cmd) {

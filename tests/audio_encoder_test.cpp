@@ -36,7 +36,7 @@ const AudioCase kCases[] = {
     {"audio__aud2-tones-44k1-stereo", "aud2-tones-44k1-stereo.wav", 169, 43},
 };
 
-std::string mtmd(const std::string& rel) { return test::testdata("mtmd-ref/" + rel); }
+using gem4::test::mtmd;
 
 class AudioEncoderRef : public ::testing::TestWithParam<AudioCase> {};
 

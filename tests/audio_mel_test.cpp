@@ -14,7 +14,7 @@
 namespace gem4::media {
 namespace {
 
-std::string mtmd(const std::string& rel) { return test::testdata("mtmd-ref/" + rel); }
+using gem4::test::mtmd;
 
 TEST(AudioMel, ReferenceFeaturesAreBitExact) {
   const struct {

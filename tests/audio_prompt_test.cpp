@@ -12,62 +12,13 @@
 #include "media/mmproj_file.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "mtmd_prompt.h"
 #include "test_util.h"
 
 namespace gem4 {
 namespace {
 
-std::string mtmd(const std::string& rel) { return test::testdata("mtmd-ref/" + rel); }
-
-nlohmann::json info_of(const std::string& id) {
-  std::ifstream f(mtmd("dumps/" + id + "/info.json"));
-  nlohmann::json j;
-  f >> j;
-  return j;
-}
-
-// The reference prompt as batch rows: text ids, the clip's soft tokens (span -1: causal, or span 0 to
-// see what a bidirectional decode would give), the text after it. Logits for the tail rows when `tail`.
-Batch audio_prompt(const nlohmann::json& info, const std::vector<float>& embd, int d, bool tail,
-                   int span = -1) {
-  Batch b;
-  int32_t pos = 0;
-  const auto& chunks = info["chunks"];
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const auto& ch = chunks[c];
-    if (ch["type"] == "text") {
-      for (int id : ch["ids"].get<std::vector<int>>()) {
-        BatchRow r;
-        r.token = id;
-        r.pos = pos++;
-        r.logits = tail && c + 1 == chunks.size();
-        b.push_back(r);
-      }
-    } else {
-      EXPECT_EQ(ch["type"], "audio");
-      const int n = ch["n_tokens"].get<int>();
-      for (int i = 0; i < n; ++i) {
-        BatchRow r;
-        r.token = 0;  // <pad>: the per-layer-embedding row of soft tokens
-        r.pos = pos++;
-        r.embd = embd.data() + size_t(i) * d;
-        r.span = span;
-        b.push_back(r);
-      }
-    }
-  }
-  b.back().logits = true;
-  return b;
-}
-
-ForwardOutputs run(const Model& m, const Batch& b, ThreadPool* pool) {
-  KvCache kv(m.config, 256, 1, 512, KvType::F32);
-  Forward f(m, pool);
-  f.ubatch = 512;
-  ForwardOutputs out;
-  f.run(b, kv, out);
-  return out;
-}
+using gem4::test::mtmd;
 
 // The bound is 1e-3, but gem4's text forward alone is 2.8e-3 (1 token) to 7.0e-3 (64 tokens) max
 // |diff| from llama.cpp on this random model's plain-text reference (model_llamacpp_test.cpp), so the
@@ -80,7 +31,12 @@ class AudioPrompt : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(AudioPrompt, LogitsMatchLlamaCpp) {
   const std::string id = GetParam();
-  const nlohmann::json info = info_of(id);
+  const nlohmann::json info = test::mtmd_info(id);
+  for (const auto& ch : info["chunks"]) {
+    if (ch["type"] != "text") {
+      EXPECT_EQ(ch["type"], "audio");
+    }
+  }
   auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
   const int d = model->config.d_model, V = info["n_vocab"].get<int>();
   ASSERT_EQ(d, info["n_embd_text"].get<int>());
@@ -99,15 +55,18 @@ TEST_P(AudioPrompt, LogitsMatchLlamaCpp) {
   for (const std::vector<float>* embd : {&own, &ref_embd}) {
     const char* which = embd == &own ? "gem4's embeddings" : "llama.cpp's embeddings";
     SCOPED_TRACE(which);
-    const ForwardOutputs last = run(*model, audio_prompt(info, *embd, d, false), &pool);
+    const ForwardOutputs last =
+        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, -1), 512, &pool);
     ASSERT_EQ(last.logits.size(), size_t(V));
     const double dl = test::max_abs_diff(last.logits.data(), last_ref.data(), V);
     EXPECT_LE(dl, kTextBaseline) << "last-position logits";
-    const ForwardOutputs tail = run(*model, audio_prompt(info, *embd, d, true), &pool);
+    const ForwardOutputs tail =
+        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, true, -1), 512, &pool);
     ASSERT_EQ(tail.logits.size(), tail_ref.size());
     const double dt = test::max_abs_diff(tail.logits.data(), tail_ref.data(), tail_ref.size());
     EXPECT_LE(dt, kTextBaseline) << "logits of the text after the audio";
-    const ForwardOutputs bidir = run(*model, audio_prompt(info, *embd, d, false, /*span=*/0), &pool);
+    const ForwardOutputs bidir =
+        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, /*span=*/0), 512, &pool);
     const double db = test::max_abs_diff(bidir.logits.data(), last_ref.data(), V);
     EXPECT_GT(db, 0.1) << "a bidirectional decode of the audio rows must be told apart";
     std::printf("[ audio ] %s, %s: logits max |diff| last %.3g, tail %.3g (bidirectional would be %.3g)\n",

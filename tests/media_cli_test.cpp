@@ -44,7 +44,7 @@ Result gem4(const std::string& args, const std::string& input = "") {
   return r;
 }
 
-std::string mtmd(const std::string& rel) { return gem4::test::testdata("mtmd-ref/" + rel); }
+using gem4::test::mtmd;
 
 TEST(MediaCli, EncodeWritesTheImageAndAudioEmbeddings) {
   const std::string out = "/tmp/gem4_media_cli_embd_" + std::to_string(getpid()) + ".f32";

@@ -11,7 +11,7 @@
 namespace gem4::media {
 namespace {
 
-std::string mtmd(const std::string& rel) { return test::testdata("mtmd-ref/" + rel); }
+using gem4::test::mtmd;
 
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);

@@ -15,62 +15,14 @@
 #include "media/vision_encoder.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "mtmd_prompt.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 
 namespace gem4 {
 namespace {
 
-std::string mtmd(const std::string& rel) { return test::testdata("mtmd-ref/" + rel); }
-
-nlohmann::json info_of(const std::string& id) {
-  std::ifstream f(mtmd("dumps/" + id + "/info.json"));
-  nlohmann::json j;
-  f >> j;
-  return j;
-}
-
-// The prompt of a reference case as batch rows: text ids, then the image's soft tokens (one span,
-// or causal), then the text after it. Logits for the rows of the tail when `tail`, else the last row.
-Batch media_prompt(const nlohmann::json& info, const std::vector<float>& embd, int d, bool bidirectional,
-                   bool tail) {
-  Batch b;
-  int32_t pos = 0;
-  const auto& chunks = info["chunks"];
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const auto& ch = chunks[c];
-    if (ch["type"] == "text") {
-      for (int id : ch["ids"].get<std::vector<int>>()) {
-        BatchRow r;
-        r.token = id;
-        r.pos = pos++;
-        r.logits = tail && c + 1 == chunks.size();
-        b.push_back(r);
-      }
-    } else {
-      const int n = ch["n_tokens"].get<int>();
-      for (int i = 0; i < n; ++i) {
-        BatchRow r;
-        r.token = 0;  // <pad>: the per-layer-embedding row of soft tokens
-        r.pos = pos++;
-        r.embd = embd.data() + size_t(i) * d;
-        r.span = bidirectional ? 0 : -1;
-        b.push_back(r);
-      }
-    }
-  }
-  b.back().logits = true;
-  return b;
-}
-
-ForwardOutputs run(const Model& m, const Batch& b, int ubatch, ThreadPool* pool) {
-  KvCache kv(m.config, 256, 1, ubatch, KvType::F32);
-  Forward f(m, pool);
-  f.ubatch = ubatch;
-  ForwardOutputs out;
-  f.run(b, kv, out);
-  return out;
-}
+using gem4::test::mtmd;
 
 class MediaPrompt : public ::testing::TestWithParam<const char*> {};
 
@@ -83,7 +35,7 @@ constexpr double kTextBaseline = 1e-2;
 
 TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
   const std::string id = GetParam();
-  const nlohmann::json info = info_of(id);
+  const nlohmann::json info = test::mtmd_info(id);
   auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
   const int d = model->config.d_model, V = info["n_vocab"].get<int>();
   ASSERT_EQ(d, info["n_embd_text"].get<int>());
@@ -104,15 +56,18 @@ TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
   for (const std::vector<float>* embd : {&own, &ref_embd}) {
     const char* which = embd == &own ? "gem4's embeddings" : "llama.cpp's embeddings";
     SCOPED_TRACE(which);
-    const ForwardOutputs last = run(*model, media_prompt(info, *embd, d, true, false), 512, &pool);
+    const ForwardOutputs last =
+        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, 0), 512, &pool);
     ASSERT_EQ(last.logits.size(), size_t(V));
     const double dl = test::max_abs_diff(last.logits.data(), last_ref.data(), V);
     EXPECT_LE(dl, kTextBaseline) << "last-position logits";
-    const ForwardOutputs tail = run(*model, media_prompt(info, *embd, d, true, true), 512, &pool);
+    const ForwardOutputs tail =
+        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, true, 0), 512, &pool);
     ASSERT_EQ(tail.logits.size(), tail_ref.size());
     const double dt = test::max_abs_diff(tail.logits.data(), tail_ref.data(), tail_ref.size());
     EXPECT_LE(dt, kTextBaseline) << "logits of the text after the image";
-    const ForwardOutputs causal = run(*model, media_prompt(info, *embd, d, false, false), 512, &pool);
+    const ForwardOutputs causal =
+        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, -1), 512, &pool);
     const double dc = test::max_abs_diff(causal.logits.data(), causal_ref.data(), V);
     EXPECT_LE(dc, kTextBaseline) << "last-position logits, image decoded causally";
     // The two maskings are told apart far beyond the tolerance.
@@ -121,7 +76,8 @@ TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
                 dc);
   }
   // A micro-batch too small for the image is refused, not split.
-  EXPECT_THROW(run(*model, media_prompt(info, own, d, true, false), 16, &pool), std::invalid_argument);
+  EXPECT_THROW(test::run_prompt(*model, test::mtmd_prompt(info, own, d, false, 0), 16, &pool),
+               std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(MtmdRef, MediaPrompt,
@@ -131,13 +87,14 @@ INSTANTIATE_TEST_SUITE_P(MtmdRef, MediaPrompt,
 // The image span is not split between micro-batches: with a micro-batch boundary inside it, the plan ends
 // the micro-batch before the image, and the logits are those of one-shot decoding.
 TEST(MediaPrompt, AnImageSpanMovesToTheNextMicroBatch) {
-  const nlohmann::json info = info_of("vision__img2-photo-200x300");
+  const nlohmann::json info = test::mtmd_info("vision__img2-photo-200x300");
   auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
   const int d = model->config.d_model;
   const auto ref_embd = test::read_f32(mtmd("dumps/vision__img2-photo-200x300/embd.f32"));
-  const Batch b = media_prompt(info, ref_embd, d, true, true);
-  const ForwardOutputs one = run(*model, b, 512, nullptr);
-  const ForwardOutputs split = run(*model, b, 50, nullptr);  // 7 text rows + 43 image rows would cross
+  const Batch b = test::mtmd_prompt(info, ref_embd, d, true, 0);
+  const ForwardOutputs one = test::run_prompt(*model, b, 512, nullptr);
+  const ForwardOutputs split =
+      test::run_prompt(*model, b, 50, nullptr);  // 7 text rows + 43 image rows would cross
   ASSERT_EQ(one.logits.size(), split.logits.size());
   EXPECT_LE(test::max_abs_diff(one.logits.data(), split.logits.data(), one.logits.size()), 1e-4);
   const auto plans = plan_batch(b, 50, model->config, PlanSwitches{});
@@ -162,14 +119,14 @@ namespace {
 // The same prompt through a Session (the engine's prompt chunks and prefix reuse): the image spans of
 // the history, chunks that never split an image, reuse keyed on the image's content.
 TEST(MediaPrompt, SessionChunksAndReusesByContent) {
-  const nlohmann::json info = info_of("vision__img1-rgba-320x240");
+  const nlohmann::json info = test::mtmd_info("vision__img1-rgba-320x240");
   auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
   const int d = model->config.d_model;
   auto e1 =
       std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/embd.f32")));
   auto e2 =
       std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img2-photo-200x300/embd.f32")));
-  const Batch rows = media_prompt(info, *e1, d, true, false);
+  const Batch rows = test::mtmd_prompt(info, *e1, d, false, 0);
   std::vector<int32_t> ids;
   for (const BatchRow& r : rows) ids.push_back(r.token);
   const auto media_of = [&](const std::shared_ptr<std::vector<float>>& e) {
@@ -182,7 +139,7 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
     return std::vector<generate::MediaSpan>{m};
   };
   const auto last_ref = test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/logits_last.f32"));
-  const ForwardOutputs direct = run(*model, rows, 512, nullptr);
+  const ForwardOutputs direct = test::run_prompt(*model, rows, 512, nullptr);
   SessionOptions opt;
   opt.n_ctx = 256;
   opt.ubatch = 50;  // the first chunk would end inside the image: it ends before it instead
@@ -197,7 +154,8 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
   // the sliding rings cannot roll back to the image's start).
   const bool rolls_back = s.kv().can_truncate(0, 7);
   EXPECT_EQ(s.set_tokens(ids, media_of(e2)), int(ids.size()) - (rolls_back ? 7 : 0));
-  const ForwardOutputs other = run(*model, media_prompt(info, *e2, d, true, false), 512, nullptr);
+  const ForwardOutputs other =
+      test::run_prompt(*model, test::mtmd_prompt(info, *e2, d, false, 0), 512, nullptr);
   EXPECT_LE(test::max_abs_diff(s.logits(), other.logits.data(), other.logits.size()), 1e-4);
   // A span that does not fit is refused.
   auto bad = media_of(e1);
@@ -214,7 +172,7 @@ namespace {
 // The prompt as llama.cpp's mtmd builds it: the tokenized text with the placeholder, expanded into
 // <|image> + 48 soft tokens + <image|>, gives the reference's token ids and its logits.
 TEST(MediaPrompt, PlaceholdersExpandToTheReferenceLayout) {
-  const nlohmann::json info = info_of("vision__img1-rgba-320x240");
+  const nlohmann::json info = test::mtmd_info("vision__img1-rgba-320x240");
   auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
   const auto tok = text::Tokenizer::from_gguf(*model->file);
   std::vector<int32_t> ids =
@@ -261,7 +219,7 @@ TEST(MediaPrompt, AudioPromptsAreCausalAndMatchLlamaCpp) {
   const auto tok = text::Tokenizer::from_gguf(*model->file);
   for (const char* id : {"audio__aud1-speech-16k-mono", "audio__aud2-tones-44k1-stereo"}) {
     SCOPED_TRACE(id);
-    const nlohmann::json info = info_of(id);
+    const nlohmann::json info = test::mtmd_info(id);
     std::vector<int32_t> ids =
         tok.encode("<|turn>user\n<|audio|>Transcribe this audio.<turn|>\n<|turn>model\n", true, true);
     generate::MediaInput m;

@@ -8,24 +8,6 @@
 namespace gem4::test {
 namespace {
 
-std::string base64(const std::string& bytes) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : bytes) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(k[(acc >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(k[(acc << (6 - bits)) & 63]);
-  while (out.size() % 4) out.push_back('=');
-  return out;
-}
-
 json image_message(const std::string& url, const std::string& text) {
   return json::array({{{"role", "user"},
                        {"content", json::array({{{"type", "image_url"}, {"image_url", {{"url", url}}}},

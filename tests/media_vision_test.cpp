@@ -20,7 +20,7 @@
 namespace gem4::media {
 namespace {
 
-std::string mtmd(const std::string& rel) { return test::testdata("mtmd-ref/" + rel); }
+using gem4::test::mtmd;
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -353,6 +353,25 @@ inline std::string openai_node_dir(std::string& error) {
   return dir;
 }
 
+// Base64 text of `bytes` (for data: URIs and input_audio parts).
+inline std::string base64(const std::string& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char c : bytes) {
+    acc = (acc << 8) | c;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out.push_back(k[(acc >> bits) & 63]);
+    }
+  }
+  if (bits > 0) out.push_back(k[(acc << (6 - bits)) & 63]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
+}
+
 // The messages of a one-turn chat.
 inline json user_message(const std::string& content) {
   return json::array({{{"role", "user"}, {"content", content}}});

@@ -14,9 +14,13 @@ namespace gem4::test {
 inline std::string testdata(const std::string& rel) {
   const std::string p = std::string(GEM4_SOURCE_DIR) + "/../shared/testdata/" + rel;
   std::ifstream f(p, std::ios::binary);
-  if (!f) ADD_FAILURE() << "missing test data: " << p << " (the shared/ folder must sit beside the repository)";
+  if (!f)
+    ADD_FAILURE() << "missing test data: " << p << " (the shared/ folder must sit beside the repository)";
   return p;
 }
+
+// A file of llama.cpp's multimodal reference data (../shared/testdata/mtmd-ref/).
+inline std::string mtmd(const std::string& rel) { return testdata("mtmd-ref/" + rel); }
 
 inline std::vector<float> read_f32(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);

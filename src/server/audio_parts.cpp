@@ -18,15 +18,7 @@ std::string input_audio_bytes(const nlohmann::json& part, const std::string& par
   if (format != it->end() && (!format->is_string() || format->get<std::string>() != "wav"))
     throw ApiError(400, param + ".input_audio.format: only \"wav\" is supported",
                    param + ".input_audio.format", "unsupported_value");
-  // The base64 decoder of data: URIs, fed the payload as one (its messages then say what this is).
-  try {
-    return data_uri_bytes("data:audio/wav;base64," + data->get<std::string>(), param + ".input_audio.data");
-  } catch (const ApiError& e) {
-    std::string m = e.what();
-    const std::string from = "the data: URI", to = "the base64 audio";
-    if (const size_t at = m.find(from); at != std::string::npos) m.replace(at, from.size(), to);
-    throw ApiError(e.status, m, e.param, e.code, e.type);
-  }
+  return base64_bytes(data->get<std::string>(), param + ".input_audio.data", "the base64 audio");
 }
 
 }  // namespace gem4::server

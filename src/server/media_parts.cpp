@@ -17,6 +17,31 @@ int b64_value(unsigned char c) {
 
 }  // namespace
 
+std::string base64_bytes(std::string_view b64, const std::string& param, const std::string& what) {
+  std::string out;
+  out.reserve(b64.size() / 4 * 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  bool padding = false;
+  for (unsigned char c : b64) {
+    if (c == '=') {
+      padding = true;
+      continue;
+    }
+    if (c == '\r' || c == '\n' || c == ' ') continue;
+    const int v = b64_value(c);
+    if (v < 0 || padding) throw ApiError(400, param + ": " + what + " is not valid base64", param);
+    acc = (acc << 6) | uint32_t(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(char((acc >> bits) & 0xFF));
+    }
+  }
+  if (out.empty()) throw ApiError(400, param + ": " + what + " holds no bytes", param);
+  return out;
+}
+
 std::string data_uri_bytes(std::string_view uri, const std::string& param) {
   const auto starts = [&](std::string_view p) { return uri.substr(0, p.size()) == p; };
   if (starts("http://") || starts("https://"))
@@ -30,29 +55,7 @@ std::string data_uri_bytes(std::string_view uri, const std::string& param) {
   const std::string_view meta = uri.substr(5, comma - 5);
   if (meta.size() < 7 || meta.substr(meta.size() - 7) != ";base64")
     throw ApiError(400, param + ": the data: URI must be base64 (data:MIME;base64,...)", param);
-  std::string out;
-  const std::string_view b64 = uri.substr(comma + 1);
-  out.reserve(b64.size() / 4 * 3);
-  uint32_t acc = 0;
-  int bits = 0;
-  bool padding = false;
-  for (unsigned char c : b64) {
-    if (c == '=') {
-      padding = true;
-      continue;
-    }
-    if (c == '\r' || c == '\n' || c == ' ') continue;
-    const int v = b64_value(c);
-    if (v < 0 || padding) throw ApiError(400, param + ": the data: URI is not valid base64", param);
-    acc = (acc << 6) | uint32_t(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(char((acc >> bits) & 0xFF));
-    }
-  }
-  if (out.empty()) throw ApiError(400, param + ": the data: URI holds no bytes", param);
-  return out;
+  return base64_bytes(uri.substr(comma + 1), param, "the data: URI");
 }
 
 std::string image_url_of(const nlohmann::json& part, const std::string& param) {

@@ -8,6 +8,10 @@
 
 namespace gem4::server {
 
+// The bytes of base64 text (line breaks and spaces skipped). Throws ApiError 400 naming `param`; the
+// message calls the text `what` ("the data: URI", "the base64 audio").
+std::string base64_bytes(std::string_view b64, const std::string& param, const std::string& what);
+
 // The bytes of a data: URI with base64 content. Throws ApiError 400 naming `param`.
 std::string data_uri_bytes(std::string_view uri, const std::string& param);
 
