@@ -38,12 +38,27 @@ wav_sources=(src/media/audio_wav.cpp src/media/audio_resample.cpp src/media/audi
   -fno-omit-frame-pointer -Isrc src/media/image.cpp src/media/image_preprocess.cpp tests/fuzz/image_fuzz.cpp \
   -o "$build/image_fuzz"
 
-seeds="$build/gguf_seeds_dir"
-corpus="$build/gguf_corpus"
-artifacts="$build/gguf_artifacts"
-rm -rf "$seeds"
-mkdir -p "$seeds" "$corpus" "$artifacts"
 testdata="$root/../shared/testdata"
+# seed_dir NAME: an emptied folder for NAME's seeds (the corpus and artifact folders persist).
+seed_dir() {
+  rm -rf "$build/$1_seeds_dir"
+  mkdir -p "$build/$1_seeds_dir" "$build/$1_corpus" "$build/$1_artifacts"
+  echo "$build/$1_seeds_dir"
+}
+# fuzz NAME WHAT SECONDS MAX_LEN: runs $build/NAME_fuzz on its corpus and seeds; stops the script on a finding.
+fuzz() {
+  local artifacts="$build/$1_artifacts" status=0
+  echo "fuzz.sh: fuzzing the $2 for ${3}s"
+  "$build/$1_fuzz" -max_total_time="$3" -max_len="$4" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=20 \
+    -print_final_stats=1 -artifact_prefix="$artifacts/" "$build/$1_corpus" "$build/$1_seeds_dir" || status=$?
+  if [ $status -ne 0 ]; then
+    echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $artifacts:" >&2
+    ls -l "$artifacts" >&2 || true
+    exit 1
+  fi
+}
+
+seeds=$(seed_dir gguf)
 real_files=()
 for f in "$testdata/llamacpp-ref/gemma4-tiny-assistant-f32.gguf" "$testdata/llamacpp-ref/gemma4-tiny-q8_0.gguf" \
          "$testdata/tiny-gemma4/tiny-gemma4-q8_0.gguf"; do
@@ -54,50 +69,19 @@ done
 if [ -f "$testdata/llamacpp-ref/gemma4-tiny-assistant-f32.gguf" ]; then
   cp "$testdata/llamacpp-ref/gemma4-tiny-assistant-f32.gguf" "$seeds/"
 fi
+fuzz gguf "GGUF reader" "$gguf_seconds" 1048576
 
-echo "fuzz.sh: fuzzing the GGUF reader for ${gguf_seconds}s"
-status=0
-"$build/gguf_fuzz" -max_total_time="$gguf_seconds" -max_len=1048576 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-  -timeout=20 -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" "$seeds" || status=$?
-if [ $status -ne 0 ]; then
-  echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $artifacts:" >&2
-  ls -l "$artifacts" >&2 || true
-  exit 1
-fi
-
-wav_seeds="$build/wav_seeds_dir"
-wav_corpus="$build/wav_corpus"
-wav_artifacts="$build/wav_artifacts"
-rm -rf "$wav_seeds"
-mkdir -p "$wav_seeds" "$wav_corpus" "$wav_artifacts"
+seeds=$(seed_dir wav)
 real_wavs=()
 for f in "$testdata/mtmd-ref/inputs/"*.wav; do
   [ -f "$f" ] && real_wavs+=("$f")
 done
-"$build/wav_seeds" "$wav_seeds" "${real_wavs[@]}"
-echo "fuzz.sh: fuzzing the WAV reader for ${wav_seconds}s"
-"$build/wav_fuzz" -max_total_time="$wav_seconds" -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-  -timeout=20 -print_final_stats=1 -artifact_prefix="$wav_artifacts/" "$wav_corpus" "$wav_seeds" || status=$?
-if [ $status -ne 0 ]; then
-  echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $wav_artifacts:" >&2
-  ls -l "$wav_artifacts" >&2 || true
-  exit 1
-fi
-image_seeds="$build/image_seeds_dir"
-image_corpus="$build/image_corpus"
-image_artifacts="$build/image_artifacts"
-rm -rf "$image_seeds"
-mkdir -p "$image_seeds" "$image_corpus" "$image_artifacts"
+"$build/wav_seeds" "$seeds" "${real_wavs[@]}"
+fuzz wav "WAV reader" "$wav_seconds" 65536
+
+seeds=$(seed_dir image)
 for f in "$testdata/mtmd-ref/inputs/"*.png "$testdata/mtmd-ref/inputs/"*.jpg; do
-  [ -f "$f" ] && cp "$f" "$image_seeds/"
+  [ -f "$f" ] && cp "$f" "$seeds/"
 done
-echo "fuzz.sh: fuzzing the image reader for ${image_seconds}s"
-"$build/image_fuzz" -max_total_time="$image_seconds" -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-  -timeout=20 -print_final_stats=1 -artifact_prefix="$image_artifacts/" "$image_corpus" "$image_seeds" ||
-  status=$?
-if [ $status -ne 0 ]; then
-  echo "fuzz.sh: FAILED (exit $status); reproducer(s) in $image_artifacts:" >&2
-  ls -l "$image_artifacts" >&2 || true
-  exit 1
-fi
+fuzz image "image reader" "$image_seconds" 65536
 echo "fuzz.sh: no findings"
