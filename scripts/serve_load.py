@@ -211,16 +211,17 @@ class Replicas:
 
 
 def chat_stream(port, body):
-    """One streamed chat request. Returns (text, usage, started, error): started tells whether the
-    response had begun (status and headers received) before an error; until then a proxy may retry
-    the request elsewhere, after it no one can."""
+    """One streamed chat request. Returns (text, usage, started, upstream, error): started tells whether
+    the response had begun (status and headers received) before an error; until then a proxy may retry
+    the request elsewhere, after it no one can. upstream: the replica nginx chose (X-Gem4-Upstream)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
                                  data=json.dumps(dict(body, stream=True, stream_options={"include_usage": True})).encode(),
                                  headers={"Content-Type": "application/json"})
-    text, usage, started, done = [], None, False, False
+    text, usage, started, done, upstream = [], None, False, False, None
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
             started = True
+            upstream = r.headers.get("X-Gem4-Upstream")
             for raw in r:
                 line = raw.decode().strip()
                 if line == "data: [DONE]":
@@ -236,10 +237,10 @@ def chat_stream(port, body):
                     if piece:
                         text.append(piece)
     except Exception as e:  # connection reset by a killed replica, HTTP errors
-        return "".join(text), usage, started, f"{type(e).__name__}: {e}"
+        return "".join(text), usage, started, upstream, f"{type(e).__name__}: {e}"
     if not done or usage is None:
-        return "".join(text), usage, started, "stream ended without [DONE] and usage"
-    return "".join(text), usage, started, None
+        return "".join(text), usage, started, upstream, "stream ended without [DONE] and usage"
+    return "".join(text), usage, started, upstream, None
 
 
 def run_conversations(a, port, on_progress=None):
@@ -262,10 +263,10 @@ def run_conversations(a, port, on_progress=None):
             messages = [{"role": "user", "content": history}]
             for turn in range(a.turns):
                 body = {"user": user, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0}
-                text, usage, started, err = chat_stream(port, body)
+                text, usage, started, upstream, err = chat_stream(port, body)
                 with lock:
                     records.append({"user": user, "turn": turn, "usage": usage, "started": started, "error": err,
-                                    "content": bool(text)})
+                                    "content": bool(text), "upstream": upstream})
                     n = len(records)
                 if on_progress:
                     on_progress(n)
@@ -289,6 +290,15 @@ def cache_share(records):
     return cached / max(prompt, 1), cached, prompt
 
 
+def same_replica_share(records):
+    """Of the later turns, the share that went to the replica of the conversation's previous turn: 1 with
+    affinity; with round robin it depends on how the clients' requests interleave (clients that move in
+    step keep landing on the same replica), and it is what the round-robin cache share follows."""
+    where = {(r["user"], r["turn"]): r["upstream"] for r in records if r["upstream"]}
+    later = [k for k in where if k[1] > 0 and (k[0], k[1] - 1) in where]
+    return sum(where[k] == where[(k[0], k[1] - 1)] for k in later) / max(len(later), 1)
+
+
 def cmd_replicas(a):
     n_req = a.conversations * a.turns
     print(f"{a.replicas} replicas behind nginx, {a.conversations} conversations x {a.turns} turns "
@@ -308,7 +318,8 @@ def cmd_replicas(a):
         shares[policy].append(share)
         print(f"  {policy:11s}: {len(records)}/{n_req} requests, {len(errors)} errors, {dt:6.1f} s, "
               f"prompt tokens from cache {cached}/{prompt} = {share * 100:5.1f} %, prefix stores "
-              + ", ".join(f"{m:.1f}" for m in stores if m is not None) + " MiB")
+              + ", ".join(f"{m:.1f}" for m in stores if m is not None) + " MiB, later turns on the previous "
+              f"turn's replica {same_replica_share(records) * 100:.0f} %")
         for r in errors[:5]:
             print(f"    error: {r['user']} turn {r['turn']}: {r['error']}")
         for turn in range(a.turns):

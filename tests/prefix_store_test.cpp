@@ -145,17 +145,19 @@ TEST(PrefixStore, BudgetEvictsLeastRecentlyUsed) {
   const int V = int(m->weights.token_embd.out);
   Session probe(*m, &pool, options(1u << 20));
   const size_t chunk = probe.store()->chunk_bytes();
-  Session s(*m, &pool, options(3 * chunk));
+  const int C = probe.store()->chunk_tokens(), kept = 192 / C;  // the last 192 positions' chunks
+  Session s(*m, &pool, options(kept * chunk));
   const auto shared = random_tokens(400, V, 7);
   s.set_tokens(concat(shared, random_tokens(100, V, 8)));
   const PrefixStoreStats st = s.store()->stats();
-  EXPECT_EQ(st.chunks, 3);
+  EXPECT_EQ(st.chunks, kept);
   EXPECT_GT(st.evicted, 0);
   EXPECT_LE(st.bytes, st.budget);
   // The sequence still holds the prefix in its full layers' cells: only the ring window before the
-  // resume point comes from the store, and the three chunks kept are the most recent ones.
+  // resume point (the last chunk boundary in the shared 400 tokens) comes from the store, and the
+  // chunks kept are the most recent ones.
   const auto b = concat(shared, random_tokens(20, V, 9));
-  EXPECT_EQ(s.set_tokens(b), int(b.size()) - 384);
+  EXPECT_EQ(s.set_tokens(b), int(b.size()) - 400 / C * C);
   // From an empty sequence the first chunks would be needed too: they are gone, so all is recomputed.
   s.reset();
   EXPECT_EQ(s.set_tokens(b), int(b.size()));
