@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "bench/media_bench.h"
 #include "bench/report.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -122,12 +123,14 @@ int cmd_bench(int argc, char** argv, int first) {
   a.flag("--roofline",
          "measure this machine's int8/bf16/fp32 peaks and read bandwidth with the running kernel set's "
          "instructions (GEM4_ISA); report fractions");
+  declare_media_bench_flags(a);
   declare_thread_flag(a);
   declare_load_flags(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
     return 0;
   }
+  if (media_bench_requested(a)) return run_media_bench(a, thread_count(a));
   const int reps = int(a.integer("-r"));
   const int ubatch = int(a.integer("--ubatch"));
   if (reps < 1) throw ArgError("bench: -r must be >= 1");

@@ -1,4 +1,6 @@
-// gem4 make-model: writes a random-weight Gemma 4 GGUF (no download needed for tests and benchmarks).
+// gem4 make-model: writes a random-weight Gemma 4 GGUF (no download needed for tests and benchmarks): a
+// text model, or with --preset e2b-mmproj / e4b-mmproj / tiny-mmproj a projector file holding both
+// towers (media/mmproj_synthetic.h).
 #include <chrono>
 #include <cstdio>
 
@@ -6,16 +8,20 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kernels/thread_pool.h"
+#include "media/mmproj_synthetic.h"
 #include "model/generator.h"
 
 namespace gem4::cli {
 
 int cmd_make_model(int argc, char** argv, int first) {
   Args a("make-model", "Writes a random-weight Gemma 4 GGUF with the real tensor set of a preset.");
-  a.value("--preset", "NAME", "tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31", "tiny");
+  a.value("--preset", "NAME",
+          "tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31, or a projector (mmproj) with "
+          "both towers: e2b-mmproj | e4b-mmproj | tiny-mmproj",
+          "tiny");
   a.value("--type", "TYPE",
           "type of 2-D weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m "
-          "(llama-quantize's mix)",
+          "(llama-quantize's mix); projectors: f16 (the default there), bf16, f32, q8_0",
           "f32");
   a.value("--vocab", "FILE", "copy the tokenizer section of this GGUF (sets the vocabulary size)");
   a.value("--n-vocab", "N", "size of the synthetic vocabulary (without --vocab)");
@@ -31,6 +37,30 @@ int cmd_make_model(int argc, char** argv, int first) {
     return 0;
   }
   if (!a.has("-o")) throw ArgError("make-model: -o FILE is required");
+  const std::string preset = a.str("--preset");
+  const std::string mmproj_suffix = "-mmproj";
+  if (preset.size() > mmproj_suffix.size() &&
+      preset.compare(preset.size() - mmproj_suffix.size(), mmproj_suffix.size(), mmproj_suffix) == 0) {
+    GgmlType type = GgmlType::F16;  // what llama.cpp's converter writes projectors in by default
+    if (a.has("--type")) {
+      const auto t = ggml_type_from_name(a.str("--type"));
+      if (!t) throw ArgError("make-model: --type '" + a.str("--type") + "' is not a GGML type");
+      type = *t;
+    }
+    media::SyntheticMmproj m;
+    try {
+      m = media::synthetic_mmproj_preset(preset.substr(0, preset.size() - mmproj_suffix.size()), type,
+                                         uint64_t(a.integer("--seed")));
+    } catch (const std::invalid_argument& e) {
+      throw ArgError(std::string("make-model: ") + e.what());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    media::write_synthetic_mmproj(m, a.str("-o"));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "make-model: wrote %s (projector %s, vision + audio, %s) in %.1f s\n",
+                 a.str("-o").c_str(), preset.c_str(), ggml_type_name(type), s);
+    return 0;
+  }
   GeneratorSpec spec;
   spec.preset = a.str("--preset");
   if (!parse_generated_type(a.str("--type"), &spec))
