@@ -20,6 +20,7 @@
 #include "media/audio_ops.h"
 #include "media/audio_synthetic.h"
 #include "media/mmproj_file.h"
+#include "mtmd_projector.h"
 #include "test_util.h"
 
 namespace gem4::media {
@@ -42,7 +43,7 @@ class AudioEncoderRef : public ::testing::TestWithParam<AudioCase> {};
 
 TEST_P(AudioEncoderRef, EveryStageMatchesLlamaCpp) {
   const AudioCase& c = GetParam();
-  const auto mmproj = MmprojFile::open(mtmd("models/gemma4-tiny-audio.gguf"));
+  const auto mmproj = test::open_mtmd_projector("models/gemma4-tiny-audio.gguf");
   const AudioEncoder enc(*mmproj);
   EXPECT_EQ(enc.hparams().n_embd, 64);
   EXPECT_EQ(enc.hparams().sscp_channels[0], 8);

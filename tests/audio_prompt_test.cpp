@@ -12,6 +12,7 @@
 #include "media/mmproj_file.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "mtmd_projector.h"
 #include "mtmd_prompt.h"
 #include "test_util.h"
 
@@ -41,7 +42,7 @@ TEST_P(AudioPrompt, LogitsMatchLlamaCpp) {
   const int d = model->config.d_model, V = info["n_vocab"].get<int>();
   ASSERT_EQ(d, info["n_embd_text"].get<int>());
   ThreadPool pool(2);
-  const auto proj = media::MmprojFile::open(mtmd("models/gemma4-tiny-audio.gguf"));
+  const auto proj = test::open_mtmd_projector("models/gemma4-tiny-audio.gguf");
   const media::AudioEncoder enc(*proj);
   const std::string wav = id.find("aud1") != std::string::npos ? "inputs/aud1-speech-16k-mono.wav"
                                                                : "inputs/aud2-tones-44k1-stereo.wav";

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "mtmd_projector.h"
 #include "test_util.h"
 
 namespace {
@@ -61,7 +62,7 @@ TEST(MediaCli, EncodeWritesTheImageAndAudioEmbeddings) {
   };
   for (const Case& c : cases) {
     const Result r = gem4("encode --mmproj '" + mtmd(c.mmproj) + "' " + c.flag + " '" + mtmd(c.input) +
-                          "' --out '" + out + "' -t 2");
+                          "' --out '" + out + "' -t 2 " + gem4::test::kMtmdRefClampsFlag);
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(r.out, "{\"n_embd\":128,\"tokens\":" + std::to_string(c.tokens) + "}\n");
     const auto got = gem4::test::read_f32(out);

@@ -132,8 +132,10 @@ TEST(MmprojFile, TensorLookupsNameTheTensorAndCheckShapes) {
       std::string::npos);
 }
 
-// The in-place clamp: the second linear reading the same buffer sees the first one's input clamp.
-TEST(ClampedLinear, InputClampsAccumulateInExecutionOrderAsInLlamaCpp) {
+// Two linears reading one buffer: with independent clamps (gem4's default, transformers, llama.cpp
+// since ~2026-09) each sees its own input clamp only and the buffer is left alone; with llama.cpp
+// 3f545be's in-place clamp the second sees the first one's input clamp too.
+TEST(ClampedLinear, InputClampsAreIndependentOrAccumulateInExecutionOrderAsInLlamaCpp3f545be) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0, 1);
   const int64_t in = 8, out = 5, rows = 3;
@@ -152,27 +154,36 @@ TEST(ClampedLinear, InputClampsAccumulateInExecutionOrderAsInLlamaCpp) {
   w.add_tensor("k.input_min", {1}, GgmlType::F32, f32_bytes({-3.0f}));
   w.add_tensor("k.input_max", {1}, GgmlType::F32, f32_bytes({0.7f}));
   auto f = from_writer(w);
-  const ClampedLinear q = load_clamped_linear(*f, "q", in, out);
-  const ClampedLinear k = load_clamped_linear(*f, "k", in, out);
-  EXPECT_FALSE(k.output.active());
+  EXPECT_EQ(f->clamp_semantics(), ClampSemantics::kIndependent);
   EXPECT_NE(error_of([&] { load_clamped_linear(*f, "q", in, out, false); }).find("q.input_min"),
             std::string::npos);
+  EXPECT_EQ(parse_clamp_semantics("llamacpp-inplace"), ClampSemantics::kLlamaCppInPlace);
+  EXPECT_NE(error_of([&] { parse_clamp_semantics("inplace"); }).find("independent or llamacpp-inplace"),
+            std::string::npos);
 
-  std::vector<float> buf = x, yq(rows * out), yk(rows * out);
-  q.forward(buf.data(), rows, in, yq.data(), out, nullptr);
-  k.forward(buf.data(), rows, in, yk.data(), out, nullptr);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out; ++o) {
-      double sq = 0, sk = 0;
-      for (int64_t i = 0; i < in; ++i) {
-        const float xq = std::min(std::max(x[r * in + i], -1.0f), 3.0f);
-        const float xk = std::min(std::max(xq, -3.0f), 0.7f);  // k sees q's clamp too
-        sq += double(wq[o * in + i]) * xq;
-        sk += double(wk[o * in + i]) * xk;
+  for (const ClampSemantics mode : {ClampSemantics::kIndependent, ClampSemantics::kLlamaCppInPlace}) {
+    const bool in_place = mode == ClampSemantics::kLlamaCppInPlace;
+    f->set_clamp_semantics(mode);
+    const ClampedLinear q = load_clamped_linear(*f, "q", in, out);
+    const ClampedLinear k = load_clamped_linear(*f, "k", in, out);
+    EXPECT_FALSE(k.output.active());
+    std::vector<float> buf = x, yq(rows * out), yk(rows * out);
+    q.forward(buf.data(), rows, in, yq.data(), out, nullptr);
+    k.forward(buf.data(), rows, in, yk.data(), out, nullptr);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) {
+        double sq = 0, sk = 0;
+        for (int64_t i = 0; i < in; ++i) {
+          const float xq = std::min(std::max(x[r * in + i], -1.0f), 3.0f);
+          const float xk = std::min(std::max(in_place ? xq : x[r * in + i], -3.0f), 0.7f);
+          sq += double(wq[o * in + i]) * xq;
+          sk += double(wk[o * in + i]) * xk;
+        }
+        EXPECT_NEAR(yq[r * out + o], std::min(sq, 0.5), 1e-5) << in_place;
+        EXPECT_NEAR(yk[r * out + o], sk, 1e-5) << in_place;
       }
-      EXPECT_NEAR(yq[r * out + o], std::min(sq, 0.5), 1e-5);
-      EXPECT_NEAR(yk[r * out + o], sk, 1e-5);
-    }
+    EXPECT_EQ(buf == x, !in_place) << "the shared buffer is clamped only in place";
+  }
 }
 
 }  // namespace

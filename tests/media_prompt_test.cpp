@@ -15,6 +15,7 @@
 #include "media/vision_encoder.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "mtmd_projector.h"
 #include "mtmd_prompt.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
@@ -40,7 +41,7 @@ TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
   const int d = model->config.d_model, V = info["n_vocab"].get<int>();
   ASSERT_EQ(d, info["n_embd_text"].get<int>());
   ThreadPool pool(2);
-  auto proj = media::MmprojFile::open(mtmd("models/gemma4-tiny-vision.gguf"));
+  auto proj = test::open_mtmd_projector("models/gemma4-tiny-vision.gguf");
   media::VisionEncoder enc(*proj);
   const std::string input =
       id.find("img1") != std::string::npos ? "inputs/img1-rgba-320x240.png" : "inputs/img2-photo-200x300.jpg";

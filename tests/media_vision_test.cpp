@@ -14,6 +14,7 @@
 #include "media/mmproj_file.h"
 #include "media/vision_encoder.h"
 #include "media/vision_ops.h"
+#include "mtmd_projector.h"
 #include "tensor/quant.h"
 #include "test_util.h"
 
@@ -63,7 +64,7 @@ TEST_P(VisionReference, DecodedAndResizedPixelsAreBitExact) {
   for (size_t i = 0; i < decoded.size(); ++i) diff += decoded[i] != img.rgb[i];
   EXPECT_EQ(diff, 0u) << "decoded pixel bytes differing from stb_image's in llama.cpp";
 
-  auto file = MmprojFile::open(mtmd("models/gemma4-tiny-vision.gguf"));
+  auto file = test::open_mtmd_projector("models/gemma4-tiny-vision.gguf");
   VisionEncoder enc(*file);
   const ImageSize t = enc.target_size(img.width, img.height);
   EXPECT_EQ(t.width, c.rw);
@@ -79,7 +80,7 @@ TEST_P(VisionReference, DecodedAndResizedPixelsAreBitExact) {
 
 TEST_P(VisionReference, IntermediatesAndEmbeddingsMatchLlamaCpp) {
   const VisionCase& c = GetParam();
-  auto file = MmprojFile::open(mtmd("models/gemma4-tiny-vision.gguf"));
+  auto file = test::open_mtmd_projector("models/gemma4-tiny-vision.gguf");
   VisionEncoder enc(*file);
   std::map<std::string, std::vector<float>> got;
   ThreadPool pool(2);
@@ -275,7 +276,8 @@ TEST(VisionFiles, AFileHoldingBothTowersGivesTheSameEmbeddings) {
   copy_tensors(*v, w);
   copy_tensors(*a, w);
   const auto bytes = w.to_bytes();
-  auto both = MmprojFile::from_gguf(gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "va.gguf"));
+  auto both = test::as_mtmd_ref(
+      MmprojFile::from_gguf(gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "va.gguf")));
   EXPECT_TRUE(both->has_vision());
   EXPECT_TRUE(both->has_audio());
   VisionEncoder enc(*both);  // the audio tensors are not the vision tower's business

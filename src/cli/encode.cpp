@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/media_input.h"
 #include "kernels/thread_pool.h"
 #include "media/audio_encoder.h"
 #include "media/audio_wav.h"
@@ -27,6 +28,7 @@ int cmd_encode(int argc, char** argv, int first) {
   a.value("--image", "PATH", "PNG or JPEG image (the vision tower)");
   a.value("--audio", "PATH", "WAV file (the audio tower)");
   a.value("--out", "FILE", "where to write the embeddings: float32, row-major [tokens, n_embd]");
+  a.value(media::kClampsFlag, "MODE", media::kClampsHelp, media::kClampsDefault);
   declare_thread_flag(a);
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
@@ -39,6 +41,7 @@ int cmd_encode(int argc, char** argv, int first) {
   if (!a.has("--out")) throw ArgError("encode: --out FILE is required");
 
   auto file = media::MmprojFile::open(a.str("--mmproj"));
+  file->set_clamp_semantics(clamp_semantics(a));
   ThreadPool pool(thread_count(a));
   std::vector<float> embd;
   int n_embd = 0;

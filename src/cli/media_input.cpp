@@ -15,10 +15,13 @@ void declare_media_flags(Args& a) {
   a.value("--mmproj", "FILE", "projector (mmproj) GGUF for --image / --audio");
   a.value("--image", "PATH", "a PNG or JPEG image for the prompt (repeatable)");
   a.value("--audio", "PATH", "a WAV file for the prompt (repeatable)");
+  a.value(media::kClampsFlag, "MODE", media::kClampsHelp, media::kClampsDefault);
 }
 
-MediaEncoders::MediaEncoders(const std::string& mmproj_path, int n_embd_text)
-    : file_(media::MmprojFile::open(mmproj_path)), n_embd_text_(n_embd_text) {}
+MediaEncoders::MediaEncoders(const std::string& mmproj_path, media::ClampSemantics clamps, int n_embd_text)
+    : file_(media::MmprojFile::open(mmproj_path)), n_embd_text_(n_embd_text) {
+  file_->set_clamp_semantics(clamps);
+}
 
 MediaEncoders::~MediaEncoders() = default;
 
@@ -60,12 +63,20 @@ generate::MediaInput MediaEncoders::audio(const std::string& path, ThreadPool* p
   return m;
 }
 
+media::ClampSemantics clamp_semantics(const Args& a) {
+  try {
+    return media::parse_clamp_semantics(a.str(media::kClampsFlag));
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(std::string(media::kClampsFlag) + ": " + e.what());
+  }
+}
+
 std::unique_ptr<MediaEncoders> media_encoders(const Args& a, int n_embd_text) {
   if (!a.has("--mmproj")) {
     if (a.has("--image") || a.has("--audio")) throw ArgError("--image and --audio need --mmproj FILE");
     return nullptr;
   }
-  return std::make_unique<MediaEncoders>(a.str("--mmproj"), n_embd_text);
+  return std::make_unique<MediaEncoders>(a.str("--mmproj"), clamp_semantics(a), n_embd_text);
 }
 
 std::vector<generate::MediaInput> media_from_flags(const Args& a, MediaEncoders* enc, ThreadPool* pool) {

@@ -13,6 +13,7 @@ namespace gem4 {
 class ThreadPool;
 }
 namespace gem4::media {
+enum class ClampSemantics;
 class MmprojFile;
 class VisionEncoder;
 class AudioEncoder;
@@ -21,11 +22,13 @@ class AudioEncoder;
 namespace gem4::cli {
 
 void declare_media_flags(Args& a);
+// --mmproj-clamps (declared by declare_media_flags, or by a command's own flags).
+media::ClampSemantics clamp_semantics(const Args& a);
 
 // The projector's towers, built on first use.
 class MediaEncoders {
  public:
-  MediaEncoders(const std::string& mmproj_path, int n_embd_text);
+  MediaEncoders(const std::string& mmproj_path, media::ClampSemantics clamps, int n_embd_text);
   ~MediaEncoders();
   generate::MediaInput image(const std::string& path, ThreadPool* pool);
   generate::MediaInput audio(const std::string& path, ThreadPool* pool);

@@ -15,23 +15,25 @@ namespace {
 
 std::string blk(int il, const std::string& what) { return "a.blk." + std::to_string(il) + "." + what; }
 
-// Rows (x, out) = clamped linear of x (rows x in, clamped in place).
+// Rows (x, out) = clamped linear of x (rows x in; clamped in place under kLlamaCppInPlace).
 // One kernels::matmul over the whole reduction, not ClampedLinear::forward's 32-long slices: the audio
 // tower has no fp16 table after its convolutions for a last-bit difference to jump in, the slices made an
 // E2B-sized tower ~3.5x slower (29 s instead of 8 s for 30 s of audio on 2 threads), and the reference
-// projector's rows agree to ~2e-6 either way. The clamps are the same, applied in the same in-place order.
+// projector's rows agree to ~2e-6 either way. The clamps are ClampedLinear's (clamp_input).
 //
 // F16 and BF16 weights (the real E2B/E4B files) multiply activations rounded to their type, as ggml
 // converts them; the rounding goes to a copy, since the clamped input may be read by the next linear.
 std::vector<float> apply(const ClampedLinear& l, float* x, int64_t rows, ThreadPool* pool) {
   std::vector<float> y(size_t(rows * l.out()));
-  l.input.apply(x, rows, l.in(), l.in());
+  std::vector<float> scratch;
+  int64_t ld = 0;
+  const float* in = l.clamp_input(x, rows, l.in(), scratch, &ld);
   if (l.w.type == GgmlType::F16 || l.w.type == GgmlType::BF16) {
-    std::vector<float> rounded(x, x + rows * l.in());
+    std::vector<float> rounded(in, in + rows * l.in());
     round_activations_for(l.w.type, rounded.data(), int64_t(rounded.size()));
     matmul(l.w, rounded.data(), rows, l.in(), y.data(), l.out(), pool);
   } else {
-    matmul(l.w, x, rows, l.in(), y.data(), l.out(), pool);
+    matmul(l.w, in, rows, l.in(), y.data(), l.out(), pool);
   }
   l.output.apply(y.data(), rows, l.out(), l.out());
   return y;
@@ -277,7 +279,7 @@ void AudioEncoder::run_attention(const Block& b, float* h, int64_t n, ThreadPool
   const int hd = hp_.head_dim;
   std::vector<float> a(size_t(n * d));
   rms_norm_rows(h, a.data(), n, d, b.attn_pre_norm.data(), hp_.eps);
-  // llama.cpp runs V, then K, then Q, each clamping the shared input in place (clamped_linear.h).
+  // llama.cpp runs V, then K, then Q (the order matters for kLlamaCppInPlace, clamped_linear.h).
   std::vector<float> v = apply(b.v, a.data(), n, pool);
   std::vector<float> k = apply(b.k, a.data(), n, pool);
   std::vector<float> q = apply(b.q, a.data(), n, pool);

@@ -16,10 +16,27 @@ void ClampRange::apply(float* x, int64_t rows, int64_t cols, int64_t ld) const {
   }
 }
 
+const float* ClampedLinear::clamp_input(float* x, int64_t rows, int64_t ldx, std::vector<float>& scratch,
+                                        int64_t* ld) const {
+  *ld = ldx;
+  if (!input.active()) return x;
+  if (clamp_in_place) {
+    input.apply(x, rows, w.in, ldx);
+    return x;
+  }
+  scratch.resize(size_t(rows * w.in));
+  for (int64_t r = 0; r < rows; ++r) std::copy(x + r * ldx, x + r * ldx + w.in, scratch.data() + r * w.in);
+  input.apply(scratch.data(), rows, w.in, w.in);
+  *ld = w.in;
+  return scratch.data();
+}
+
 void ClampedLinear::forward(float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                             ThreadPool* pool) const {
-  input.apply(x, rows, w.in, ldx);
-  encoder_matmul(w, x, rows, ldx, y, ldy, pool);
+  std::vector<float> scratch;
+  int64_t ld = 0;
+  const float* in = clamp_input(x, rows, ldx, scratch, &ld);
+  encoder_matmul(w, in, rows, ld, y, ldy, pool);
   output.apply(y, rows, w.out, ldy);
 }
 
@@ -28,6 +45,7 @@ ClampedLinear load_clamped_linear(const MmprojFile& f, const std::string& base, 
   ClampedLinear l;
   l.name = base;
   l.w = f.matrix(base + ".weight", in, out);
+  l.clamp_in_place = f.clamp_semantics() == ClampSemantics::kLlamaCppInPlace;
   const auto bound = [&](const char* suffix, float& dst) {
     const std::string name = base + "." + suffix;
     if (!f.find_tensor(name)) return;

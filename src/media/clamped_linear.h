@@ -3,14 +3,16 @@
 // beside T.weight (a missing one means no bound). E2B/E4B files carry them on the vision q/k/v/o and
 // FFN linears and on most audio linears.
 //
-// llama.cpp's input clamp is ggml_clamp, which works IN PLACE on its input: linears that read the same
-// tensor see the input clamps of every linear executed before them (vision: q, then k, then v; FFN:
-// gate, then up; audio attention: v, then k, then q). forward() reproduces that by clamping the
-// caller's input buffer in place; call the linears sharing an input in llama.cpp's order on one buffer.
+// Linears that read the same tensor each clamp it for themselves (ClampSemantics::kIndependent), or,
+// as llama.cpp 3f545be did with an in-place ggml_clamp, see the input clamps of every linear executed
+// before them (kLlamaCppInPlace; vision: q, then k, then v; FFN: gate, then up; audio attention: v,
+// then k, then q). clamp_input() does either; call the linears sharing an input in llama.cpp's order
+// on one buffer, and the in-place mode reproduces it.
 #pragma once
 #include <cfloat>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/matmul.h"
 
@@ -33,11 +35,16 @@ struct ClampedLinear {
   std::string name;  // the weight's base name ("v.blk.0.attn_q")
   MatrixView w;      // w.in inputs, w.out outputs
   ClampRange input, output;
+  bool clamp_in_place = false;  // ClampSemantics::kLlamaCppInPlace
 
   int64_t in() const { return w.in; }
   int64_t out() const { return w.out; }
-  // x: rows x in (leading dimension ldx), CLAMPED IN PLACE to `input` (see above); y: rows x out (ldy)
-  // = W x, then clamped to `output`. The product is encoder_matmul (the kernel sets, in slices).
+  // x (rows x in, leading dimension ldx) clamped to `input`: x itself, clamped in place, or a copy in
+  // `scratch` (rows x in, packed) when the clamps are independent and active.
+  const float* clamp_input(float* x, int64_t rows, int64_t ldx, std::vector<float>& scratch,
+                           int64_t* ld) const;
+  // y: rows x out (ldy) = W clamp_input(x), then clamped to `output`. The product is encoder_matmul (the
+  // kernel sets, in slices).
   void forward(float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy, ThreadPool* pool) const;
 };
 

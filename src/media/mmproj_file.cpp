@@ -183,4 +183,10 @@ void MmprojFile::check_all_used(const std::vector<std::string>& prefixes,
        (unused.size() == 1 ? "it" : "them") + ")");
 }
 
+ClampSemantics parse_clamp_semantics(const std::string& s) {
+  if (s == "independent") return ClampSemantics::kIndependent;
+  if (s == "llamacpp-inplace") return ClampSemantics::kLlamaCppInPlace;
+  throw std::invalid_argument("clamp semantics '" + s + "': expected independent or llamacpp-inplace");
+}
+
 }  // namespace gem4::media

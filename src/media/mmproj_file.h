@@ -16,6 +16,22 @@
 
 namespace gem4::media {
 
+// How the input clamps of linears that read the same tensor combine (clamped_linear.h). kIndependent:
+// each linear clamps its own copy, as Gemma 4's ClippableLinear does in transformers and as llama.cpp
+// does since its ggml_clamp stopped working in place (checked against de3ff81, 2026-09-28).
+// kLlamaCppInPlace: the input is clamped in place, so a linear sees the input clamps of every linear
+// run before it on that tensor, as in llama.cpp 3f545be (2026-08-22), which made
+// ../shared/testdata/mtmd-ref. The two differ only where the clamps of such linears differ and bite.
+enum class ClampSemantics { kIndependent, kLlamaCppInPlace };
+// "independent" | "llamacpp-inplace"; throws std::invalid_argument naming the accepted values.
+ClampSemantics parse_clamp_semantics(const std::string& s);
+// The front ends' --mmproj-clamps flag: its name, default and help text.
+inline constexpr const char* kClampsFlag = "--mmproj-clamps";
+inline constexpr const char* kClampsDefault = "independent";
+inline constexpr const char* kClampsHelp =
+    "how the projector's input clamps combine: independent (transformers, llama.cpp since ~2026-09) | "
+    "llamacpp-inplace (llama.cpp 3f545be's in-place ggml_clamp, as ../shared/testdata/mtmd-ref)";
+
 class MmprojError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -58,6 +74,10 @@ class MmprojFile {
   void check_all_used(const std::vector<std::string>& prefixes,
                       const std::vector<std::string>& except = {}) const;
 
+  // Read by the towers when they load their linears: set it before building an encoder.
+  ClampSemantics clamp_semantics() const { return clamps_; }
+  void set_clamp_semantics(ClampSemantics c) { clamps_ = c; }
+
   [[noreturn]] void fail(const std::string& what) const;  // MmprojError("PATH: what")
   [[noreturn]] void fail_tensor(const std::string& name, const std::string& what) const;
 
@@ -67,6 +87,7 @@ class MmprojFile {
   std::unique_ptr<gguf::GgufFile> file_;
   std::string vision_type_, audio_type_;
   mutable std::set<std::string> used_;
+  ClampSemantics clamps_ = ClampSemantics::kIndependent;
 };
 
 // "[16, 16, 3, 64]"

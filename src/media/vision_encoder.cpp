@@ -118,7 +118,7 @@ void VisionEncoder::run_block(const Block& b, float* h, int64_t n, const std::ve
   const float eps = hp_.eps;
   std::vector<float> a(size_t(n) * d), q(a.size()), k(a.size()), v(a.size()), att(a.size()), o(a.size());
   for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * d, b.ln1.data(), d, eps, a.data() + r * d);
-  // One input buffer for q, k, v in llama.cpp's execution order: its input clamps accumulate.
+  // One input buffer for q, k, v in llama.cpp's execution order (for kLlamaCppInPlace, clamped_linear.h).
   b.q.forward(a.data(), n, d, q.data(), d, pool);
   b.k.forward(a.data(), n, d, k.data(), d, pool);
   b.v.forward(a.data(), n, d, v.data(), d, pool);
@@ -160,7 +160,8 @@ void VisionEncoder::run_block(const Block& b, float* h, int64_t n, const std::ve
     rmsnorm(o.data() + r * d, b.attn_post_norm.data(), d, eps, o.data() + r * d);
     for (int t = 0; t < d; ++t) h[r * d + t] += o[r * d + t];
   }
-  // FFN: down(gelu_quick(gate(b)) * up(b)); gate's input clamp acts on the buffer up reads.
+  // FFN: down(gelu_quick(gate(b)) * up(b)); under kLlamaCppInPlace gate's input clamp acts on the buffer
+  // up reads.
   for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * d, b.ln2.data(), d, eps, a.data() + r * d);
   std::vector<float> g(size_t(n) * ff), u(g.size());
   b.gate.forward(a.data(), n, d, g.data(), ff, pool);

@@ -89,6 +89,7 @@ int cmd_serve(int argc, char** argv, int first) {
           "requests that may wait for a slot; more get 429 with Retry-After (0: no bound)", "0");
   a.value("--alias", "NAME", "model id reported to clients (default: the file name)");
   a.value("--mmproj", "FILE", "projector (mmproj) GGUF: accept image_url content parts (data: URIs)");
+  a.value(media::kClampsFlag, "MODE", media::kClampsHelp, media::kClampsDefault);
   a.value("--http-threads", "N",
           "connection threads; each open connection holds one (default: 16 + 2 x --parallel)");
   a.value("--drain-timeout", "SECONDS", "on SIGTERM/SIGINT, how long running requests may take to finish",
@@ -203,6 +204,11 @@ int cmd_serve(int argc, char** argv, int first) {
   std::unique_ptr<media::AudioEncoder> audio;  // input_audio parts (WAV), encoded the same way
   if (a.has("--mmproj")) {
     mmproj = media::MmprojFile::open(a.str("--mmproj"));
+    try {
+      mmproj->set_clamp_semantics(media::parse_clamp_semantics(a.str(media::kClampsFlag)));
+    } catch (const std::invalid_argument& e) {
+      throw ArgError("serve: " + std::string(media::kClampsFlag) + ": " + e.what());
+    }
     if (!mmproj->has_vision() && !mmproj->has_audio())
       mmproj->fail(
           "holds neither a vision nor an audio tower (gem4 serve reads image_url / input_audio with them)");
