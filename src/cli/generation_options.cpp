@@ -178,7 +178,9 @@ std::shared_ptr<generate::GrammarConstraint> constraint_from_flags(const Args& a
       flag = "--grammar";
       gbnf = read_text_file(flag, a.str("--grammar"));
     }
-    auto grammar = std::make_shared<gr::Grammar>(gr::parse_gbnf(gbnf));
+    // <text> token references in a --grammar resolve in the model's vocabulary.
+    const gr::TokenLookup lookup = [&tokenizer](std::string_view t) { return tokenizer.find_token(t); };
+    auto grammar = std::make_shared<gr::Grammar>(gr::parse_gbnf(gbnf, "root", lookup));
     return std::make_shared<generate::GrammarConstraint>(grammar, gr::TokenTrie::from_tokenizer(tokenizer));
   } catch (const gr::SchemaError& e) {
     throw ArgError(flag + ": " + e.what());

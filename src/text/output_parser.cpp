@@ -222,14 +222,14 @@ class ArgumentReader {
   size_t i_ = 0;
 };
 
+}  // namespace
+
 bool valid_function_name(std::string_view name) {
   if (name.empty()) return false;
   for (char c : name)
     if (std::string_view(" \t\r\n{}[]<>,:\"'").find(c) != std::string_view::npos) return false;
   return true;
 }
-
-}  // namespace
 
 std::optional<ToolCall> parse_tool_call(std::string_view body) {
   ArgumentReader r(body);

@@ -78,6 +78,9 @@ struct ToolCall {
   nlohmann::ordered_json arguments;
 };
 
+// Whether parse_tool_call reads `name` back as a function name (no whitespace or {}[]<>,:"').
+bool valid_function_name(std::string_view name);
+
 // Parses the text between <|tool_call> and <tool_call|>, e.g. `call:get_weather{city:<|"|>Paris<|"|>}`.
 // Returns nullopt when it is not a well-formed call.
 std::optional<ToolCall> parse_tool_call(std::string_view body);

@@ -1,6 +1,7 @@
 #include "generate/grammar/gbnf.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -9,14 +10,14 @@ namespace gem4::generate::grammar {
 namespace {
 
 struct Item {
-  bool ref;
-  int32_t value;  // ref: rule id; else byte-set id
+  Element::Kind kind;  // Bytes, Ref or Token
+  int32_t value;       // as Element::value
 };
 using Alt = std::vector<Item>;
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) {}
+  Parser(std::string_view text, const TokenLookup* lookup) : s_(text), lookup_(lookup) {}
 
   Grammar run(std::string_view root_name) {
     skip_space(true);
@@ -36,7 +37,7 @@ class Parser {
       std::vector<int32_t> starts;
       for (const Alt& a : alts) {
         starts.push_back(int32_t(g.elements.size()));
-        for (const Item& it : a) g.elements.push_back({it.ref ? Element::Ref : Element::Bytes, it.value});
+        for (const Item& it : a) g.elements.push_back({it.kind, it.value});
         g.elements.push_back({Element::End, 0});
       }
       g.rule_alts.push_back(std::move(starts));
@@ -215,7 +216,7 @@ class Parser {
       for (auto [lo, hi] : seq) {
         ByteSet b;
         for (int x = lo; x <= hi; ++x) b.set(x);
-        out.push_back({false, byte_set(b)});
+        out.push_back({Element::Bytes, byte_set(b)});
       }
   }
 
@@ -235,16 +236,16 @@ class Parser {
       for (auto [lo, hi] : seq) {
         ByteSet b;
         for (int x = lo; x <= hi; ++x) b.set(x);
-        a.push_back({false, byte_set(b)});
+        a.push_back({Element::Bytes, byte_set(b)});
       }
       alts.push_back(std::move(a));
     }
     if (alts.empty()) {
-      out.push_back({false, byte_set(single)});
+      out.push_back({Element::Bytes, byte_set(single)});
       return;
     }
-    if (single.any()) alts.insert(alts.begin(), Alt{{false, byte_set(single)}});
-    out.push_back({true, generated_rule(std::move(alts))});
+    if (single.any()) alts.insert(alts.begin(), Alt{{Element::Bytes, byte_set(single)}});
+    out.push_back({Element::Ref, generated_rule(std::move(alts))});
   }
 
   Alt parse_sequence(bool nested) {
@@ -302,7 +303,13 @@ class Parser {
         }
         last_start = seq.size();
         have_last = true;
-        seq.push_back({true, rule_id(name)});
+        seq.push_back({Element::Ref, rule_id(name)});
+      } else if (c == '<') {
+        last_start = seq.size();
+        have_last = true;
+        seq.push_back({Element::Token, parse_token()});
+      } else if (c == '!' && p_ + 1 < s_.size() && s_[p_ + 1] == '<') {
+        fail("token negation (!<...>) is not supported");
       } else if (c == '(') {
         ++p_;
         skip_space(true);
@@ -311,7 +318,7 @@ class Parser {
         ++p_;
         last_start = seq.size();
         have_last = true;
-        seq.push_back({true, generated_rule(std::move(alts))});
+        seq.push_back({Element::Ref, generated_rule(std::move(alts))});
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (!have_last) fail(std::string("'") + c + "' has nothing to repeat");
         int min = 0, max = -1;  // max -1: unbounded
@@ -346,12 +353,41 @@ class Parser {
     return seq;
   }
 
-  int parse_int() {
+  // <[id]> (a token by id) or <text> (the token whose text is exactly `text`, up to the first '>',
+  // as llama.cpp reads it); the id is checked against the vocabulary when the grammar is used.
+  int32_t parse_token() {
+    const size_t start = p_++;
+    if (peek() == '[') {
+      ++p_;
+      const int id = parse_int(1 << 30, "token id too large");
+      if (peek() != ']') fail("expected ']' in a token id");
+      ++p_;
+      if (peek() != '>') fail("expected '>' after a token id");
+      ++p_;
+      return int32_t(id);
+    }
+    const size_t close = s_.find('>', p_);
+    if (close == std::string_view::npos) fail("unterminated token reference (expected '>')");
+    const std::string_view text = s_.substr(start, close + 1 - start);
+    if (!lookup_ || !*lookup_) {
+      p_ = start;
+      fail("token " + std::string(text) + " needs a vocabulary (use <[id]>, or parse with a tokenizer)");
+    }
+    const std::optional<int32_t> id = (*lookup_)(text);
+    if (!id) {
+      p_ = start;
+      fail("token " + std::string(text) + " is not one token of the vocabulary");
+    }
+    p_ = close + 1;
+    return *id;
+  }
+
+  int parse_int(long limit = 100000, const char* too_large = "repetition count too large") {
     const size_t b = p_;
     long v = 0;
     while (!at_end() && peek() >= '0' && peek() <= '9') {
       v = v * 10 + (peek() - '0');
-      if (v > 100000) fail("repetition count too large");
+      if (v > limit) fail(too_large);
       ++p_;
     }
     if (p_ == b) fail("expected a number");
@@ -363,16 +399,16 @@ class Parser {
   void repeat(Alt& seq, size_t start, int min, int max) {
     Alt sym(seq.begin() + start, seq.end());
     seq.resize(start);
-    if (sym.size() > 1) sym = {{true, generated_rule({sym})}};
+    if (sym.size() > 1) sym = {{Element::Ref, generated_rule({sym})}};
     for (int i = 0; i < min; ++i) seq.insert(seq.end(), sym.begin(), sym.end());
     if (max < 0) {
       // R ::= sym R | ε
       const int32_t r = new_rule(current_ + "_" + std::to_string(++generated_));
       Alt a = sym;
-      a.push_back({true, r});
+      a.push_back({Element::Ref, r});
       rules_[r] = {a, Alt{}};
       defined_[r] = true;
-      seq.push_back({true, r});
+      seq.push_back({Element::Ref, r});
       return;
     }
     if (max == min) return;
@@ -380,13 +416,14 @@ class Parser {
     int32_t inner = -1;
     for (int k = 0; k < max - min; ++k) {
       Alt a = sym;
-      if (inner >= 0) a.push_back({true, inner});
+      if (inner >= 0) a.push_back({Element::Ref, inner});
       inner = generated_rule({a, Alt{}});
     }
-    seq.push_back({true, inner});
+    seq.push_back({Element::Ref, inner});
   }
 
   std::string_view s_;
+  const TokenLookup* lookup_;  // null: only <[id]> token references
   size_t p_ = 0;
   std::string current_;
   int generated_ = 0;
@@ -400,6 +437,8 @@ class Parser {
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text, std::string_view root) { return Parser(text).run(root); }
+Grammar parse_gbnf(std::string_view text, std::string_view root, const TokenLookup& tokens) {
+  return Parser(text, &tokens).run(root);
+}
 
 }  // namespace gem4::generate::grammar

@@ -113,7 +113,7 @@ void check_not_left_recursive(const Grammar& g) {
       for (int32_t a : g.rule_alts[r]) {
         bool all = true;
         for (int32_t i = a; g.elements[i].kind != Element::End; ++i)
-          if (g.elements[i].kind == Element::Bytes || !nullable[g.elements[i].value]) {
+          if (g.elements[i].kind != Element::Ref || !nullable[g.elements[i].value]) {
             all = false;
             break;
           }

@@ -3,8 +3,10 @@
 //
 // Every rule is a list of alternatives; every alternative is a run of elements in one flat array,
 // ended by an End element. An element matches one byte from a set of 256 (character classes were
-// split into UTF-8 byte sequences when the grammar was built, so the matcher never decodes UTF-8)
-// or refers to another rule. No rule may be left recursive (checked at build time), so expanding a
+// split into UTF-8 byte sequences when the grammar was built, so the matcher never decodes UTF-8),
+// matches one whole token of the vocabulary by id (GBNF's `<[id]>` / `<|"|>`: how a grammar names a
+// special token such as Gemma 4's string delimiter, which has no bytes of its own in the output), or
+// refers to another rule. No rule may be left recursive (checked at build time), so expanding a
 // rule always reaches a byte element or the end of the input in finitely many steps.
 #pragma once
 #include <bitset>
@@ -21,9 +23,9 @@ class GrammarError : public std::runtime_error {
 };
 
 struct Element {
-  enum Kind : uint8_t { End, Bytes, Ref };
+  enum Kind : uint8_t { End, Bytes, Ref, Token };
   Kind kind = End;
-  int32_t value = 0;  // Bytes: index into Grammar::byte_sets; Ref: rule id
+  int32_t value = 0;  // Bytes: index into Grammar::byte_sets; Ref: rule id; Token: token id
 };
 
 using ByteSet = std::bitset<256>;

@@ -112,11 +112,58 @@ const char* kCommonRules =
     "object ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\"\n"
     "array ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n";
 
+// Gemma 4's tool-call argument syntax (text/output_parser.h reads it): strings between <|"|> tokens
+// with no escapes, keys bare, no whitespace. A string's text must not contain the five characters
+// <|"|> either (the parser reads text, where the token and those characters look the same): gs0..gs4
+// are the states of a matcher for that text (gsK: the last K characters are its first K; the rules
+// are written from kGemmaStringMoves), so the forbidden text can never complete. `key` is a bare key the
+// parser reads back as one (no structural characters, whitespace or '<') or a string; `pchar` (any character
+// but '<') is what patterns use, for which the exclusion is simpler to keep (see RegexCompiler).
+const char* kGemmaRules =
+    "ws ::= \"\"\n"
+    "pchar ::= [^<]\n"
+    "string ::= <|\"|> gs0 <|\"|>\n"
+    "key ::= [^:,{}\\[\\]\"<\\x00-\\x20]+ | string\n"
+    "integer ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15})\n"
+    "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n"
+    "boolean ::= \"true\" | \"false\"\n"
+    "null ::= \"null\"\n"
+    "value ::= object | array | string | number | boolean | null\n"
+    "object ::= \"{\" (key \":\" value (\",\" key \":\" value)*)? \"}\"\n"
+    "array ::= \"[\" (value (\",\" value)*)? \"]\"\n";
+
+// The transitions of gs0..gs4 (kGemmaRules) as (character class, next state), for strings of
+// bounded length, which count characters along the same states.
+const std::vector<std::pair<const char*, int>> kGemmaStringMoves[5] = {
+    {{"[^<]", 0}, {"\"<\"", 1}},
+    {{"[^<|]", 0}, {"\"<\"", 1}, {"\"|\"", 2}},
+    {{"[^<\"]", 0}, {"\"<\"", 1}, {"\"\\\"\"", 3}},
+    {{"[^<|]", 0}, {"\"<\"", 1}, {"\"|\"", 4}},
+    {{"[^<>]", 0}, {"\"<\"", 1}},
+};
+
+constexpr std::string_view kGemmaQuote = "<|\"|>";
+
+std::string gemma_common_rules() {
+  std::string out = kGemmaRules;
+  for (int k = 0; k < 5; ++k) {
+    out += "gs" + std::to_string(k) + " ::= \"\"";
+    for (const auto& [cls, next] : kGemmaStringMoves[k])
+      out += std::string(" | ") + cls + " gs" + std::to_string(next);
+    out += "\n";
+  }
+  return out;
+}
+
 // A simple regex (JavaScript syntax, the subset of the header) -> a GBNF expression over the
 // JSON-encoded characters of a string's content.
 class RegexCompiler {
  public:
-  RegexCompiler(const std::string& re, const std::string& path) : s_(re), path_(path) {}
+  // gemma: the pattern describes the raw text of a Gemma 4 tool-call string, which may not contain
+  // '<' here: its classes and '.' leave it out, a literal '<' is an error (a sound and simple way to
+  // keep the text <|"|> out of strings with a pattern).
+  RegexCompiler(const std::string& re, const std::string& path, bool gemma)
+      : s_(re), path_(path), gemma_(gemma), any_(gemma ? "pchar" : "char") {}
 
   std::string run() {
     bool start = false, end = false;
@@ -124,7 +171,7 @@ class RegexCompiler {
     std::string body = alternatives();
     if (p_ < s_.size() && s_[p_] == '$' && p_ + 1 == s_.size()) end = true, ++p_;
     if (p_ != s_.size()) fail("unexpected '" + std::string(1, s_[p_]) + "'");
-    return std::string(start ? "" : "char* ") + "(" + body + ")" + (end ? "" : " char*");
+    return std::string(start ? "" : any_ + "* ") + "(" + body + ")" + (end ? "" : " " + any_ + "*");
   }
 
  private:
@@ -164,8 +211,12 @@ class RegexCompiler {
     return out;
   }
 
-  // One code point of the pattern as its JSON-encoded text.
-  static std::string json_char(uint32_t c) {
+  // One code point of the pattern as its JSON-encoded text (Gemma: as it is).
+  std::string json_char(uint32_t c) const {
+    if (gemma_) {
+      if (c == '<') fail("a literal '<' is not supported in a tool-call argument's pattern");
+      return lit(utf8(c));
+    }
     if (c == '"') return lit("\\\"");
     if (c == '\\') return lit("\\\\");
     if (c < 0x20) {
@@ -173,6 +224,10 @@ class RegexCompiler {
       std::snprintf(buf, sizeof buf, "\\u%04X", c);
       return lit(c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : buf);
     }
+    return lit(utf8(c));
+  }
+
+  static std::string utf8(uint32_t c) {
     std::string u;
     if (c < 0x80) {
       u += char(c);
@@ -189,7 +244,7 @@ class RegexCompiler {
       u += char(0x80 | ((c >> 6) & 0x3F));
       u += char(0x80 | (c & 0x3F));
     }
-    return lit(u);
+    return u;
   }
 
   uint32_t next_code_point() {
@@ -203,7 +258,7 @@ class RegexCompiler {
 
   // A class as code point ranges -> GBNF: the plain characters in one class, '"', '\' and control
   // characters as their JSON escapes.
-  static std::string class_expr(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate) {
+  std::string class_expr(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate) const {
     std::vector<std::pair<uint32_t, uint32_t>> r;
     std::sort(ranges.begin(), ranges.end());
     for (auto x : ranges) {
@@ -222,6 +277,7 @@ class RegexCompiler {
       if (next <= 0x10FFFF) c.push_back({next, 0x10FFFF});
       r = c;
     }
+    if (gemma_) return gemma_class(r);
     auto has = [&](uint32_t cp) {
       for (auto x : r)
         if (cp >= x.first && cp <= x.second) return true;
@@ -229,11 +285,6 @@ class RegexCompiler {
     };
     std::vector<std::string> alts;
     std::string cls;
-    auto hexcp = [](uint32_t cp) {
-      char buf[16];
-      std::snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", cp);
-      return std::string(buf);
-    };
     for (auto x : r) {
       // Plain characters: [0x20, 0x10FFFF] minus '"' and '\'.
       const uint32_t segs[][2] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
@@ -253,6 +304,27 @@ class RegexCompiler {
     std::string out = "(";
     for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
     return out + ")";
+  }
+
+  // Gemma: the raw characters of `r` but '<', as one class ("" when none is left).
+  static std::string gemma_class(const std::vector<std::pair<uint32_t, uint32_t>>& r) {
+    std::string cls;
+    for (auto x : r) {
+      const uint32_t segs[][2] = {{0, '<' - 1}, {'<' + 1, 0x10FFFF}};
+      for (auto& sg : segs) {
+        const uint32_t lo = std::max(x.first, sg[0]), hi = std::min(x.second, sg[1]);
+        if (lo > hi) continue;
+        cls += hexcp(lo);
+        if (hi > lo) cls += "-" + hexcp(hi);
+      }
+    }
+    return cls.empty() ? "" : "[" + cls + "]";
+  }
+
+  static std::string hexcp(uint32_t cp) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", cp);
+    return std::string(buf);
   }
 
   // \d \w \s and their negations as ranges; false for any other escape.
@@ -348,7 +420,7 @@ class RegexCompiler {
     }
     if (c == '.') {
       ++p_;
-      return "char";
+      return any_;
     }
     if (c == '\\') {
       if (++p_ >= s_.size()) fail("trailing '\\'");
@@ -367,18 +439,31 @@ class RegexCompiler {
 
   const std::string& s_;
   std::string path_;
+  bool gemma_;
+  std::string any_;  // the rule for any character of a string
   size_t p_ = 0;
 };
 
 class Compiler {
  public:
-  explicit Compiler(const json& root) : root_(root) {}
+  explicit Compiler(bool gemma) : gemma_(gemma) {}
 
-  std::string run() {
-    const std::string r = visit(root_, "$", "root-value");
-    std::string out = "root ::= " + r + "\n";
+  // The expression (a rule name) for `schema`; error paths start at `path`, $refs resolve in it.
+  std::string add(const json& schema, const std::string& path, const std::string& hint) {
+    root_ = &schema;
+    root_path_ = path;
+    refs_.clear();
+    return visit(schema, path, hint);
+  }
+  void add_rule_named(const std::string& name, const std::string& body) {
+    used_.insert(name);
+    rules_.push_back({name, body});
+  }
+  // Every rule: those added, then the syntax's common ones.
+  std::string rules() const {
+    std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kCommonRules;
+    return out + (gemma_ ? gemma_common_rules() : std::string(kCommonRules));
   }
 
  private:
@@ -401,10 +486,10 @@ class Compiler {
 
   const json& resolve(const std::string& ref, const std::string& path) {
     if (ref.empty() || ref[0] != '#') throw SchemaError(path, "only local references (#...) are supported");
-    if (ref == "#") return root_;
+    if (ref == "#") return *root_;
     if (ref.size() < 2 || ref[1] != '/') throw SchemaError(path, "unsupported reference " + json(ref).dump());
     try {
-      const json& target = root_.at(json::json_pointer(ref.substr(1)));
+      const json& target = root_->at(json::json_pointer(ref.substr(1)));
       return target;
     } catch (const std::exception&) {
       throw SchemaError(path, "reference " + json(ref).dump() + " does not resolve");
@@ -453,6 +538,83 @@ class Compiler {
     return {l, h};
   }
 
+  // ---- where the syntaxes differ --------------------------------------------------------------
+
+  // The opening and closing of a string.
+  std::string quote() const { return gemma_ ? "<|\"|>" : "\"\\\"\""; }
+
+  // A string with exactly this text.
+  std::string str_lit(const std::string& v, const std::string& path) const {
+    if (!gemma_) return lit(json(v).dump());
+    if (v.find(kGemmaQuote) != std::string::npos)
+      throw SchemaError(path, "a string containing <|\"|> cannot be written in a tool call");
+    return quote() + " " + lit(v) + " " + quote();
+  }
+
+  // An object key: Gemma writes it bare when the parser reads it back as the same key.
+  std::string key_lit(const std::string& name, const std::string& path) const {
+    if (!gemma_) return lit(json(name).dump());
+    bool bare = !name.empty();
+    for (unsigned char c : name)
+      bare = bare && c > 0x20 && std::string_view(":,{}[]\"<").find(char(c)) == std::string_view::npos;
+    return bare ? lit(name) : str_lit(name, path);
+  }
+
+  // Exactly the value `v` (const, enum).
+  std::string value_lit(const json& v, const std::string& path) const {
+    if (!gemma_) return lit(v.dump());
+    if (v.is_string()) return str_lit(v.get<std::string>(), path);
+    if (v.is_object()) {
+      std::string out = "\"{\"";
+      bool first = true;
+      for (const auto& [k, x] : v.items()) {
+        out += std::string(first ? " " : " \",\" ") + key_lit(k, child(path, k)) + " \":\" " +
+               value_lit(x, child(path, k));
+        first = false;
+      }
+      return out + " \"}\"";
+    }
+    if (v.is_array()) {
+      std::string out = "\"[\"";
+      for (size_t i = 0; i < v.size(); ++i)
+        out += std::string(i ? " \",\" " : " ") + value_lit(v[i], index(path, i));
+      return out + " \"]\"";
+    }
+    return lit(v.dump());
+  }
+
+  // The characters of a string of min..max characters (max -1: unbounded), between its quotes.
+  std::string string_body(int min, int max, const std::string& hint) {
+    if (!gemma_) {
+      if (min == 0 && max < 0) return "char*";
+      return "char" + (max < 0 ? "{" + std::to_string(min) + ",}"
+                               : "{" + std::to_string(min) + "," + std::to_string(max) + "}");
+    }
+    if (min == 0 && max < 0) return "gs0";
+    // Gemma: count characters along the states of gs0..gs4; rule (k, q): k characters written, in
+    // state q. From k == min on, an unbounded string continues in gsq.
+    const std::string base = unique_name(hint + "-chars");
+    std::map<std::pair<int, int>, std::string> names;
+    std::vector<std::pair<int, int>> todo;  // rules named, bodies not yet written
+    auto name_of = [&](int k, int q) -> std::string {
+      if (max < 0 && k >= min) return "gs" + std::to_string(q);
+      auto [it, fresh] = names.try_emplace({k, q}, base + "-" + std::to_string(k) + "-" + std::to_string(q));
+      if (fresh) todo.push_back({k, q});
+      return it->second;
+    };
+    const std::string start = name_of(0, 0);
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const auto [k, q] = todo[i];
+      std::string body;
+      if (k >= min) body = "\"\"";
+      if (k < max || max < 0)
+        for (const auto& [cls, next] : kGemmaStringMoves[q])
+          body += std::string(body.empty() ? "" : " | ") + cls + " " + name_of(k + 1, next);
+      add_rule_named(names.at({k, q}), body);
+    }
+    return start;
+  }
+
   std::string visit(const json& s, const std::string& path, const std::string& hint) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) throw SchemaError(path, "the schema false matches nothing");
@@ -497,7 +659,7 @@ class Compiler {
       // The rule is named before its body is built, so recursive references work.
       const std::string name = unique_name("ref-" + ref.substr(ref.rfind('/') + 1));
       refs_[ref] = name;
-      std::string ref_path = "$";
+      std::string ref_path = root_path_;
       for (size_t b = 2; b < ref.size() + 1 && ref.size() > 1;) {
         size_t e = ref.find('/', b);
         if (e == std::string::npos) e = ref.size();
@@ -517,12 +679,13 @@ class Compiler {
   }
 
   std::string visit_inner(const json& s, const std::string& path, const std::string& hint) {
-    if (s.contains("const")) return add_rule(hint + "-const", lit(s["const"].dump()));
+    if (s.contains("const")) return add_rule(hint + "-const", value_lit(s["const"], child(path, "const")));
     if (s.contains("enum")) {
       const json& e = s["enum"];
       if (!e.is_array() || e.empty()) throw SchemaError(child(path, "enum"), "must be a non-empty array");
       std::string body;
-      for (size_t i = 0; i < e.size(); ++i) body += (i ? " | " : "") + lit(e[i].dump());
+      for (size_t i = 0; i < e.size(); ++i)
+        body += (i ? " | " : "") + value_lit(e[i], index(child(path, "enum"), i));
       return add_rule(hint + "-enum", body);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -630,7 +793,7 @@ class Compiler {
       } else {
         throw SchemaError(child(path, "format"), "unsupported format " + json(fmt).dump());
       }
-      return add_rule(hint + "-" + fmt, "\"\\\"\" " + body + " \"\\\"\"");
+      return add_rule(hint + "-" + fmt, quote() + " " + body + " " + quote());
     }
     if (s.contains("pattern")) {
       const json& p = s["pattern"];
@@ -638,16 +801,15 @@ class Compiler {
       if (s.contains("minLength") || s.contains("maxLength"))
         throw SchemaError(path, "pattern together with minLength/maxLength is not supported");
       const std::string re = p.get<std::string>();
-      return add_rule(hint + "-pattern",
-                      "\"\\\"\" " + RegexCompiler(re, child(path, "pattern")).run() + " \"\\\"\"");
+      return add_rule(
+          hint + "-pattern",
+          quote() + " " + RegexCompiler(re, child(path, "pattern"), gemma_).run() + " " + quote());
     }
     const int min = count(s, "minLength", path, 0);
     const int max = count(s, "maxLength", path, -1);
     if (max >= 0 && max < min) throw SchemaError(child(path, "maxLength"), "is below minLength");
     if (min == 0 && max < 0) return "string";
-    const std::string rep = max < 0 ? "{" + std::to_string(min) + ",}"
-                                    : "{" + std::to_string(min) + "," + std::to_string(max) + "}";
-    return add_rule(hint + "-str", "\"\\\"\" char" + rep + " \"\\\"\"");
+    return add_rule(hint + "-str", quote() + " " + string_body(min, max, hint) + " " + quote());
   }
 
   std::string array(const json& s, const std::string& path, const std::string& hint) {
@@ -697,7 +859,7 @@ class Compiler {
       if (extra && extra->is_object()) {
         // A map: any keys, values of one schema.
         const std::string v = visit(*extra, child(path, "additionalProperties"), hint + "-value");
-        const std::string kv = "string ws \":\" ws " + v + " ws";
+        const std::string kv = std::string(gemma_ ? "key" : "string") + " ws \":\" ws " + v + " ws";
         return add_rule(hint, "\"{\" ws (" + kv + " (\",\" ws " + kv + ")*)? \"}\"");
       }
       if (extra && extra->is_boolean() && !extra->get<bool>()) return add_rule(hint, "\"{\" ws \"}\"");
@@ -710,7 +872,7 @@ class Compiler {
     std::vector<bool> req;
     for (const auto& [name, sub] : props->items()) {
       const std::string v = visit(sub, child(child(path, "properties"), name), hint + "-" + name);
-      kvs.push_back(lit(json(name).dump()) + " ws \":\" ws " + v + " ws");
+      kvs.push_back(key_lit(name, child(child(path, "properties"), name)) + " ws \":\" ws " + v + " ws");
       req.push_back(required.count(name) > 0);
     }
     const size_t n = kvs.size();
@@ -732,16 +894,39 @@ class Compiler {
     return add_rule(hint, "\"{\" ws " + first[0] + " \"}\"");
   }
 
-  const json& root_;
+  bool gemma_;  // Gemma 4's tool-call syntax instead of JSON (kGemmaRules)
+  const json* root_ = nullptr;
+  std::string root_path_ = "$";
   std::vector<std::pair<std::string, std::string>> rules_;
-  std::set<std::string> used_ = {"root",    "ws",   "char",  "string", "integer", "number",
-                                 "boolean", "null", "value", "object", "array"};
+  std::set<std::string> used_ = {"root",  "ws",      "char", "string", "integer", "number", "key",
+                                 "pchar", "boolean", "null", "value",  "object",  "array"};
   std::map<std::string, std::string> refs_;
 };
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Compiler(schema).run(); }
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  Compiler c(false);
+  const std::string r = c.add(schema, "$", "root-value");
+  return "root ::= " + r + "\n" + c.rules();
+}
+
+struct SchemaGrammar::Impl {
+  explicit Impl(bool gemma) : c(gemma) {}
+  Compiler c;
+};
+
+SchemaGrammar::SchemaGrammar(Syntax syntax)
+    : impl_(std::make_unique<Impl>(syntax == Syntax::kGemmaToolCall)) {}
+SchemaGrammar::~SchemaGrammar() = default;
+std::string SchemaGrammar::add(const nlohmann::ordered_json& schema, const std::string& path,
+                               const std::string& hint) {
+  return impl_->c.add(schema, path, hint);
+}
+void SchemaGrammar::rule(const std::string& name, const std::string& body) {
+  impl_->c.add_rule_named(name, body);
+}
+std::string SchemaGrammar::gbnf() const { return impl_->c.rules(); }
 
 std::string json_schema_to_gbnf(std::string_view schema_text) {
   json schema;

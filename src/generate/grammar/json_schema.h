@@ -15,6 +15,7 @@
 // The output allows at most a little whitespace (one space, or a newline and up to 20 spaces) between
 // tokens, and numbers of at most 16 digits, so a constrained model cannot run on forever in padding.
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -35,5 +36,29 @@ std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 std::string json_schema_to_gbnf(std::string_view schema_text);  // throws SchemaError("$", ...) on bad JSON
 // GBNF for any JSON object ({"type":"json_object"}).
 std::string json_object_gbnf();
+
+// Several schemas in one grammar, in JSON or in Gemma 4's tool-call argument syntax
+// (text/output_parser.h): strings between <|"|> tokens (GBNF token references, so the grammar must
+// be parsed with the tokenizer's lookup) and without escapes, keys bare unless they hold structural
+// characters, numbers/true/false/null bare, no whitespace. In that syntax a string never contains
+// the text <|"|>, and a string with a `pattern` (or `format`) never contains '<' at all.
+class SchemaGrammar {
+ public:
+  enum class Syntax { kJson, kGemmaToolCall };
+  explicit SchemaGrammar(Syntax syntax);
+  ~SchemaGrammar();
+  // The name of the rule matching `schema`; SchemaError paths start with `path` (e.g. "$", or
+  // "tools[0].function.parameters"), and its $refs resolve within `schema`. `hint` names the rules.
+  std::string add(const nlohmann::ordered_json& schema, const std::string& path, const std::string& hint);
+  // A rule of the caller's (e.g. root); `body` may use the names add() returned and the common rules
+  // (string, number, integer, boolean, null, value, object, array; Gemma: key).
+  void rule(const std::string& name, const std::string& body);
+  // GBNF: every rule so far plus the common ones.
+  std::string gbnf() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace gem4::generate::grammar

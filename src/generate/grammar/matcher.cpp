@@ -58,7 +58,7 @@ void Matcher::expand(int32_t pos, int32_t parent, StackSet& out, int depth) {
   if (depth > 10000) throw GrammarError("grammar expansion too deep");
   for (;;) {
     const Element& e = g_->elements[pos];
-    if (e.kind == Element::Bytes) {
+    if (e.kind == Element::Bytes || e.kind == Element::Token) {
       out.push_back(intern(pos, parent));
       return;
     }
@@ -88,10 +88,38 @@ void Matcher::advance(const StackSet& in, uint8_t byte, StackSet& out) {
   for (int32_t id : in) {
     if (id == kEmptyStack) continue;
     const Frame f = frames_[id];
-    if (!g_->byte_sets[g_->elements[f.pos].value].test(byte)) continue;
+    const Element& e = g_->elements[f.pos];
+    if (e.kind != Element::Bytes || !g_->byte_sets[e.value].test(byte)) continue;
     expand(f.pos + 1, f.parent, out, 0);
   }
   if (out.size() > 1) sort_unique(out);
+}
+
+void Matcher::advance_token(const StackSet& in, int32_t token, StackSet& out) {
+  out.clear();
+  for (int32_t id : in) {
+    if (id == kEmptyStack) continue;
+    const Frame f = frames_[id];
+    const Element& e = g_->elements[f.pos];
+    if (e.kind != Element::Token || e.value != token) continue;
+    expand(f.pos + 1, f.parent, out, 0);
+  }
+  if (out.size() > 1) sort_unique(out);
+}
+
+bool Matcher::feed_token(StackSet& state, int32_t token) {
+  advance_token(state, token, scratch_);
+  if (scratch_.empty()) return false;
+  state.swap(scratch_);
+  return true;
+}
+
+void Matcher::top_tokens(const StackSet& s, std::vector<int32_t>& out) const {
+  for (int32_t id : s) {
+    if (id == kEmptyStack) continue;
+    const Element& e = g_->elements[frames_[id].pos];
+    if (e.kind == Element::Token) out.push_back(e.value);
+  }
 }
 
 bool Matcher::feed(StackSet& state, const uint8_t* bytes, size_t n) {
