@@ -348,8 +348,9 @@ struct HttpServer::Impl {
     if (draining)
       throw ApiError(503, "the server is shutting down", "", "shutting_down", "unavailable_error");
     const json body = parse_body(req.body);
-    ApiRequest ar = is_chat ? parse_chat_request(body, *tokenizer, model)
-                            : parse_completion_request(body, *tokenizer, model);
+    const nlohmann::ordered_json ordered = parse_body_ordered(req.body);
+    ApiRequest ar = is_chat ? parse_chat_request(body, ordered, *tokenizer, model)
+                            : parse_completion_request(body, ordered, *tokenizer, model);
     // Reject sampling settings the sampler refuses before the request takes a slot.
     try {
       generate::Sampler check(ar.gen.sampling);

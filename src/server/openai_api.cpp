@@ -10,6 +10,7 @@
 
 #include "generate/grammar/gbnf.h"
 #include "generate/grammar/json_schema.h"
+#include "generate/grammar/tool_call_grammar.h"
 #include "server/audio_parts.h"
 #include "server/media_parts.h"
 #include "text/chat_format.h"
@@ -340,6 +341,7 @@ std::vector<std::string> check_tools(const json& body) {
     get_string(*fn, "description", where + ".function.");
     if (const json* p = opt(*fn, "parameters"); p && !p->is_object())
       wrong_type(where + ".function.parameters", *p, "an object (a JSON schema)");
+    get_bool(*fn, "strict", where + ".function.");
     names.push_back(*name);
   }
   return names;
@@ -454,6 +456,7 @@ ChatPrompt render_chat_prompt(const json& body) {
   if (const json* tc = opt(body, "tool_choice")) {
     if (tc->is_string()) {
       const std::string& s = tc->get_ref<const std::string&>();
+      out.tool_choice = s;
       if (s == "none")
         hide_tools = true;
       else if (s == "required" && tool_names.size() == 1)
@@ -471,6 +474,7 @@ ChatPrompt render_chat_prompt(const json& body) {
       if (std::find(tool_names.begin(), tool_names.end(), *name) == tool_names.end())
         bad("tool_choice.function.name", "tool_choice names '" + *name + "', which is not in 'tools'");
       forced = *name;
+      out.tool_choice = "function";
     } else {
       wrong_type("tool_choice", *tc, "a string or an object");
     }
@@ -518,17 +522,28 @@ ChatPrompt render_chat_prompt(const json& body) {
     throw ApiError(400, e.what(), "messages");
   }
   if (!forced.empty()) {
+    out.forced_tool = forced;
     out.assistant_prefix = "<|tool_call>call:" + forced + "{";
     out.text += out.assistant_prefix;
   }
   return out;
 }
 
+nlohmann::ordered_json parse_body_ordered(std::string_view body) {
+  try {
+    return nlohmann::ordered_json::parse(body);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
+  }
+}
+
 namespace {
 // response_format json_object / json_schema: the grammar the completion must follow (null for text).
-// A schema that cannot be compiled is a 400 naming the schema path. nlohmann::json keeps object keys
-// sorted, so properties are written in name order (not the order of the request).
+// A schema that cannot be compiled is a 400 naming the schema path. The schema is read from the
+// body parsed in order, so properties are written in the request's order (nlohmann::json would
+// sort them by name).
 std::shared_ptr<generate::GrammarConstraint> response_format_constraint(const json& body,
+                                                                        const nlohmann::ordered_json& ordered,
                                                                         const text::Tokenizer& tok) {
   namespace gr = generate::grammar;
   const json* rf = opt(body, "response_format");
@@ -549,7 +564,7 @@ std::shared_ptr<generate::GrammarConstraint> response_format_constraint(const js
       bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is required",
           "missing_required_parameter");
     try {
-      gbnf = gr::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema->dump()));
+      gbnf = gr::json_schema_to_gbnf(ordered.at("response_format").at("json_schema").at("schema"));
     } catch (const gr::SchemaError& e) {
       throw ApiError(400, std::string("response_format.json_schema.schema: ") + e.what(),
                      "response_format.json_schema.schema");
@@ -564,9 +579,70 @@ std::shared_ptr<generate::GrammarConstraint> response_format_constraint(const js
     throw ApiError(400, std::string("response_format: ") + e.what(), "response_format");
   }
 }
+
+// Tools with strict: true: the grammar of their calls (generate/grammar/tool_call_grammar.h),
+// applied lazily from each <|tool_call> token with tool_choice auto, from the first answer token
+// with required (several tools: the answer must open a call), or inside the call the prompt opened
+// (a named function, or required with one tool; the grammar starts after "call:NAME{"). Every
+// callable tool is in the grammar, the non-strict ones with free arguments, so that calling them
+// stays possible. Null when no strict tool can be called.
+std::shared_ptr<generate::GrammarConstraint> tool_call_constraint(const json& body,
+                                                                  const nlohmann::ordered_json& ordered,
+                                                                  const ChatPrompt& prompt,
+                                                                  const text::Tokenizer& tok) {
+  namespace gr = generate::grammar;
+  const json* tools = opt(body, "tools");
+  if (!tools || prompt.tool_choice == "none") return nullptr;
+  static const nlohmann::ordered_json kNoArguments = {
+      {"type", "object"}, {"properties", nlohmann::ordered_json::object()}, {"additionalProperties", false}};
+  std::vector<gr::ToolGrammarSpec> specs;
+  bool any_strict = false;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& fn = (*tools)[i]["function"];
+    const std::string where = "tools[" + std::to_string(i) + "].function";
+    gr::ToolGrammarSpec spec;
+    spec.name = fn["name"].get<std::string>();
+    if (!prompt.forced_tool.empty() && spec.name != prompt.forced_tool) continue;
+    spec.name_path = where + ".name";
+    const json* strict = opt(fn, "strict");
+    if (strict && strict->get<bool>()) {
+      any_strict = true;
+      const nlohmann::ordered_json& ofn = ordered.at("tools").at(i).at("function");
+      const auto p = ofn.find("parameters");
+      spec.parameters = p == ofn.end() || p->is_null() ? &kNoArguments : &*p;
+      spec.path = where + ".parameters";
+    }
+    specs.push_back(std::move(spec));
+  }
+  if (!any_strict) return nullptr;
+  const auto trigger = tok.find_token("<|tool_call>");
+  if (!trigger)
+    bad("tools", "strict tools need the <|tool_call> token, which this model's vocabulary lacks",
+        "unsupported_value");
+  std::string gbnf;
+  try {
+    gbnf = gr::gemma_tool_call_gbnf(specs);
+  } catch (const gr::SchemaError& e) {
+    throw ApiError(400, e.what(), e.path);
+  }
+  try {
+    const gr::TokenLookup lookup = [&tok](std::string_view text) { return tok.find_token(text); };
+    auto grammar = std::make_shared<gr::Grammar>(gr::parse_gbnf(gbnf, "root", lookup));
+    auto c = std::make_shared<generate::GrammarConstraint>(grammar, gr::TokenTrie::shared_for(tok));
+    generate::GrammarConstraint::Trigger t;
+    t.token = *trigger;
+    t.required = prompt.tool_choice != "auto";
+    if (!prompt.forced_tool.empty()) t.opened = "call:" + prompt.forced_tool + "{";
+    c->set_trigger(std::move(t));
+    return c;
+  } catch (const gr::GrammarError& e) {
+    throw ApiError(400, std::string("tools: ") + e.what(), "tools");
+  }
+}
 }  // namespace
 
-ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, const ServedModel& model) {
+ApiRequest parse_chat_request(const json& body, const nlohmann::ordered_json& ordered,
+                              const text::Tokenizer& tok, const ServedModel& model) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_type");
   check_common(body);
   ChatPrompt prompt = render_chat_prompt(body);
@@ -608,13 +684,20 @@ ApiRequest parse_chat_request(const json& body, const text::Tokenizer& tok, cons
   r.gen.stop = parse_stop(body);
   parse_sampling(body, model, r.gen.sampling);
   set_limits(r, body, model, "messages", model.n_ctx);
-  r.gen.constraint = response_format_constraint(body, tok);
+  r.gen.constraint = response_format_constraint(body, ordered, tok);
+  if (auto calls = tool_call_constraint(body, ordered, prompt, tok)) {
+    if (r.gen.constraint)
+      bad("response_format", "response_format together with strict tools is not supported",
+          "unsupported_value");
+    r.gen.constraint = std::move(calls);
+  }
   // The reasoning stays free; the schema applies to the answer after it.
   if (r.gen.constraint && prompt.thinking) generate::allow_gemma_thinking(*r.gen.constraint, tok);
   return r;
 }
 
-ApiRequest parse_completion_request(const json& body, const text::Tokenizer& tok, const ServedModel& model) {
+ApiRequest parse_completion_request(const json& body, const nlohmann::ordered_json& ordered,
+                                    const text::Tokenizer& tok, const ServedModel& model) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_type");
   check_common(body);
   if (auto echo = get_bool(body, "echo"); echo && *echo)
@@ -662,7 +745,7 @@ ApiRequest parse_completion_request(const json& body, const text::Tokenizer& tok
   r.gen.stop = parse_stop(body);
   parse_sampling(body, model, r.gen.sampling);
   set_limits(r, body, model, "prompt", 16);  // OpenAI's default max_tokens for completions
-  r.gen.constraint = response_format_constraint(body, tok);
+  r.gen.constraint = response_format_constraint(body, ordered, tok);
   return r;
 }
 

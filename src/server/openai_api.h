@@ -11,8 +11,8 @@
 // Reasoning comes back as `reasoning_content` (message or delta). Penalties and logit_bias values
 // are not limited to OpenAI's ranges, only to finite numbers.
 #pragma once
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -47,6 +47,10 @@ size_t invalid_utf8_offset(std::string_view s);
 
 // Parses a request body: UTF-8, then JSON. Throws ApiError 400 (code invalid_utf8 / invalid_json).
 nlohmann::json parse_body(std::string_view body);
+// The same body with its object keys in the client's order (nlohmann::json sorts them), for the
+// JSON schemas in it, whose property order is the order generated objects follow. Call it after
+// parse_body accepted the body.
+nlohmann::ordered_json parse_body_ordered(std::string_view body);
 
 // A fresh response id: prefix + 24 random hex digits ("chatcmpl-3f2a...").
 std::string new_response_id(const std::string& prefix);
@@ -71,21 +75,24 @@ struct ApiRequest {
 
 // Rendered chat prompt of a /v1/chat/completions body (also what /apply-template returns).
 struct ChatPrompt {
-  std::string text;              // the template's output, plus the forced tool-call opening if any
+  std::string text;                       // the template's output, plus the forced tool-call opening if any
   std::vector<std::string> images;        // bytes of the image_url parts (data: URIs), in prompt order
   std::vector<std::string> image_params;  // where each came from ("messages[1].content[0]")
   std::vector<std::string> audio;         // WAV bytes of the input_audio parts, in prompt order
   std::vector<std::string> audio_params;
-  std::string assistant_prefix;  // that forced opening ("<|tool_call>call:NAME{"), or empty
+  std::string assistant_prefix;      // that forced opening ("<|tool_call>call:NAME{"), or empty
+  std::string forced_tool;           // the function of that opening, or empty
+  std::string tool_choice = "auto";  // none, auto, required, or function (a named one)
   bool thinking = false;
 };
 ChatPrompt render_chat_prompt(const nlohmann::json& body);
 
 // Validate a body and build the engine request. Throw ApiError (status 400) naming the field.
-ApiRequest parse_chat_request(const nlohmann::json& body, const text::Tokenizer& tok,
-                              const ServedModel& model);
-ApiRequest parse_completion_request(const nlohmann::json& body, const text::Tokenizer& tok,
-                                    const ServedModel& model);
+// `ordered` is the same body from parse_body_ordered (its schemas keep their property order).
+ApiRequest parse_chat_request(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
+                              const text::Tokenizer& tok, const ServedModel& model);
+ApiRequest parse_completion_request(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
+                                    const text::Tokenizer& tok, const ServedModel& model);
 
 // Responses. `id` is the response id, `created` unix seconds.
 nlohmann::json usage_json(const Usage& u);

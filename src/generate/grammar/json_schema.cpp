@@ -116,14 +116,15 @@ const char* kCommonRules =
 // with no escapes, keys bare, no whitespace. A string's text must not contain the five characters
 // <|"|> either (the parser reads text, where the token and those characters look the same): gs0..gs4
 // are the states of a matcher for that text (gsK: the last K characters are its first K; the rules
-// are written from kGemmaStringMoves), so the forbidden text can never complete. `key` is a bare key the
-// parser reads back as one (no structural characters, whitespace or '<') or a string; `pchar` (any character
-// but '<') is what patterns use, for which the exclusion is simpler to keep (see RegexCompiler).
+// are written from kGemmaStringMoves), so the forbidden text can never complete. `key` (a key of a
+// free object) is a bare name of at most 64 identifier characters (the parser reads back more, but a
+// model that never ends a key must not run on) or a string; `pchar` (any character but '<') is what
+// patterns use, for which the exclusion is simpler to keep (see RegexCompiler).
 const char* kGemmaRules =
     "ws ::= \"\"\n"
     "pchar ::= [^<]\n"
     "string ::= <|\"|> gs0 <|\"|>\n"
-    "key ::= [^:,{}\\[\\]\"<\\x00-\\x20]+ | string\n"
+    "key ::= [a-zA-Z0-9_$.\\-]{1,64} | string\n"
     "integer ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15})\n"
     "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n"
     "boolean ::= \"true\" | \"false\"\n"
