@@ -32,16 +32,19 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
     default:
       break;
   }
-  // Sum of squares in double, in eight interleaved partial sums combined in a fixed order: the
-  // compiler can keep them in one vector register, and the result does not depend on how it does.
+  // llama.cpp's arithmetic: the squares rounded to float, summed in double, the mean rounded to
+  // float and the scale 1 / sqrt(mean + eps) taken in float (a scale one ulp away moves the f16 GELU
+  // table's inputs across rounding ties, which the tiny test models amplify to 1e-3 in the logits).
+  // The sum runs in eight interleaved double partial sums combined in a fixed order: the compiler can
+  // keep them in one vector register, and the result does not depend on how it does.
   double part[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) part[k] += double(x[i + k]) * double(x[i + k]);
+    for (int k = 0; k < 8; ++k) part[k] += double(x[i + k] * x[i + k]);
   }
-  for (; i < n; ++i) part[0] += double(x[i]) * double(x[i]);
+  for (; i < n; ++i) part[0] += double(x[i] * x[i]);
   const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  const float scale = rms_scale(ss, n, eps);
   if (w) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
   } else {
@@ -53,17 +56,19 @@ void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, f
   for (int64_t g = 0; g < n_groups; ++g) rmsnorm(x + g * group, w, group, eps, x + g * group);
 }
 
-void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
+               const float* factors) {
   const int64_t half = head_dim / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    if (inv_freq[i] == 0.0f) continue;  // proportional RoPE: this pair does not rotate
-    const float theta = float(pos) * inv_freq[i];
-    const float c = std::cos(theta), s = std::sin(theta);
+  float theta = float(pos);
+  for (int64_t i = 0; i < half; ++i, theta *= theta_scale) {
+    const float angle = theta / factors[i];
+    const float c = std::cos(angle), s = std::sin(angle);
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + h * head_dim;
       const float a = v[i], b = v[i + half];
-      v[i] = a * c - b * s;
-      v[i + half] = a * s + b * c;
+      const float bs = b * s, bc = b * c;  // rounded products: llama.cpp's FMA build fuses only a's
+      v[i] = std::fma(a, c, -bs);
+      v[i + half] = std::fma(a, s, bc);
     }
   }
 }
@@ -78,12 +83,20 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 namespace {
+// gelu(x) as llama.cpp's CPU backend evaluates it when it fills its table (FMA builds fuse the
+// 1 + a x^2 term): two of the 65536 entries land on the other side of an f16 rounding tie than
+// gelu_tanh(x) does, and one such entry moves the tiny test models' logits by 3e-3.
+float gelu_tanh_table_value(float x) {
+  const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+  return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * std::fma(0.044715f * x, x, 1.0f)));
+}
+
 // gelu(x) rounded to f16 for every f16 bit pattern x (128 KiB of f32 results).
 const std::vector<float>& gelu_f16_table() {
   static const std::vector<float> table = [] {
     std::vector<float> t(1 << 16);
     for (uint32_t h = 0; h < (1u << 16); ++h)
-      t[h] = fp16_to_fp32(fp32_to_fp16(gelu_tanh(fp16_to_fp32(uint16_t(h)))));
+      t[h] = fp16_to_fp32(fp32_to_fp16(gelu_tanh_table_value(fp16_to_fp32(uint16_t(h)))));
     return t;
   }();
   return table;

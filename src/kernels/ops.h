@@ -13,9 +13,13 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // RMSNorm of each of n_groups consecutive groups of width `group` with one shared weight (or null).
 void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, float eps);
 
-// NeoX ("rotate half") RoPE of n_heads heads of width head_dim, in place, at position pos.
-// inv_freq has head_dim/2 entries; pair (i, i + head_dim/2) rotates by pos * inv_freq[i].
-void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq);
+// NeoX ("rotate half") RoPE of n_heads heads of width head_dim, in place, at position pos, with
+// llama.cpp's float arithmetic: pair (i, i + head_dim/2) turns by theta_i / factors[i], where
+// theta_0 = pos and theta_{i+1} = theta_i * theta_scale, rounded at every step (theta_scale =
+// base^(-2/n_rot)); factors has head_dim/2 divisors (1 for none; proportional RoPE's huge ones leave
+// a pair all but unturned). (a, b) -> (fma(a, cos, -(b sin)), fma(a, sin, b cos)).
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
+               const float* factors);
 
 // GELU, tanh approximation (PyTorch's gelu_pytorch_tanh).
 float gelu_tanh(float x);

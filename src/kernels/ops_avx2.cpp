@@ -175,22 +175,22 @@ int64_t argmax_finite(const float* x, int64_t n) {
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
-  // The scalar version's arithmetic exactly: partial sums 0-3 and 4-7 in two double vectors (x^2 is
-  // exact in double, so the FMA rounds as the scalar add does), the tail into part[0], the parts
-  // combined in the same order; then y = (x * scale) * w.
+  // The scalar version's arithmetic exactly: partial sums 0-3 and 4-7 of the float squares in two
+  // double vectors, the tail into part[0], the parts combined in the same order; then
+  // y = (x * scale) * w.
   __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-    acc_lo = _mm256_fmadd_pd(lo, lo, acc_lo);
-    acc_hi = _mm256_fmadd_pd(hi, hi, acc_hi);
+    const __m128 lo = _mm_loadu_ps(x + i), hi = _mm_loadu_ps(x + i + 4);
+    acc_lo = _mm256_add_pd(acc_lo, _mm256_cvtps_pd(_mm_mul_ps(lo, lo)));
+    acc_hi = _mm256_add_pd(acc_hi, _mm256_cvtps_pd(_mm_mul_ps(hi, hi)));
   }
   alignas(32) double part[8];
   _mm256_store_pd(part, acc_lo);
   _mm256_store_pd(part + 4, acc_hi);
-  for (; i < n; ++i) part[0] += double(x[i]) * double(x[i]);
+  for (; i < n; ++i) part[0] += double(x[i] * x[i]);
   const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  const float scale = rms_scale(ss, n, eps);
   const __m256 s = _mm256_set1_ps(scale);
   for (i = 0; i < n; i += 8) {
     const __m256i k = tail_mask(n, i);

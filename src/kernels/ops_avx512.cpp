@@ -160,20 +160,20 @@ int64_t argmax_finite(const float* x, int64_t n) {
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
-  // The scalar version's arithmetic exactly: the eight partial sums of squares are the eight double
-  // lanes (x^2 is exact in double, so the FMA rounds as the scalar add does), the tail goes to
-  // part[0], the parts combine in the same order; then y = (x * scale) * w, masked tail.
+  // The scalar version's arithmetic exactly: the eight partial sums of the float squares are the
+  // eight double lanes, the tail goes to part[0], the parts combine in the same order; then
+  // y = (x * scale) * w, masked tail.
   __m512d acc = _mm512_setzero_pd();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-    acc = _mm512_fmadd_pd(v, v, acc);
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
   }
   alignas(64) double part[8];
   _mm512_store_pd(part, acc);
-  for (; i < n; ++i) part[0] += double(x[i]) * double(x[i]);
+  for (; i < n; ++i) part[0] += double(x[i] * x[i]);
   const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  const float scale = rms_scale(ss, n, eps);
   const __m512 s = _mm512_set1_ps(scale);
   for (i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n, i);

@@ -4,9 +4,17 @@
 // (Neon, NeonDotprod, NeonI8mm) the ops_neon and convert_neon ones, Scalar the references. Each
 // architecture's files are compiled only for it.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace gem4 {
+
+// RMSNorm's scale from the double sum of the float squares, as llama.cpp takes it: the mean rounded
+// to float, then 1 / sqrt(mean + eps) in float. Shared by every set so that all give the same bits.
+inline float rms_scale(double sum_squares, int64_t n, float eps) {
+  const float mean = float(sum_squares / double(n));
+  return 1.0f / std::sqrt(mean + eps);
+}
 
 namespace ops_avx2 {  // ops_avx2.cpp: AVX2 + FMA + F16C, 8 lanes
 // `table` is the f16-indexed GELU table of ops.cpp (65,536 f32 results).

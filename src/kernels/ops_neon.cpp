@@ -155,22 +155,23 @@ int64_t argmax_finite(const float* x, int64_t n) {
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
-  // The scalar version's arithmetic exactly: eight partial sums of x^2 in double (element i in part
-  // i % 8; x^2 is exact in double, so the FMA rounds as the scalar add does), the tail into part[0],
-  // combined in the same order; then y = (x * scale) * w.
+  // The scalar version's arithmetic exactly: eight partial sums of the float squares in double
+  // (element i in part i % 8), the tail into part[0], combined in the same order; then
+  // y = (x * scale) * w.
   float64x2_t acc[4] = {vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0)};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
-    const float64x2_t v[4] = {vcvt_f64_f32(vget_low_f32(a)), vcvt_high_f64_f32(a),
-                              vcvt_f64_f32(vget_low_f32(b)), vcvt_high_f64_f32(b)};
-    for (int k = 0; k < 4; ++k) acc[k] = vfmaq_f64(acc[k], v[k], v[k]);
+    const float32x4_t a2 = vmulq_f32(a, a), b2 = vmulq_f32(b, b);
+    const float64x2_t v[4] = {vcvt_f64_f32(vget_low_f32(a2)), vcvt_high_f64_f32(a2),
+                              vcvt_f64_f32(vget_low_f32(b2)), vcvt_high_f64_f32(b2)};
+    for (int k = 0; k < 4; ++k) acc[k] = vaddq_f64(acc[k], v[k]);
   }
   double part[8];
   for (int k = 0; k < 4; ++k) vst1q_f64(part + 2 * k, acc[k]);
-  for (; i < n; ++i) part[0] += double(x[i]) * double(x[i]);
+  for (; i < n; ++i) part[0] += double(x[i] * x[i]);
   const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  const float scale = rms_scale(ss, n, eps);
   const float32x4_t s = vdupq_n_f32(scale);
   for (i = 0; i < n; i += 4) {
     float32x4_t v = vmulq_f32(load_padded(x, n, i, 0.0f), s);

@@ -55,7 +55,7 @@ void DecoderBlock::query(int l, const int32_t* pos, int n, bool projected) const
   const LayerWeights& lw = w_.layers[l];
   const int H = c_.n_head, hd = c_.layers[l].head_dim, qw = H * hd;
   const float eps = c_.rms_eps;
-  const float* inv_freq = w_.inv_freq[l].data();
+  const ModelWeights::Rope& rope = w_.rope[l];
   if (!projected) {
     const MatmulTarget target{lw.attn_q, buf_.q.data(), qw};
     matmul_(&target, 1, buf_.a.data(), n, c_.d_model);
@@ -64,7 +64,8 @@ void DecoderBlock::query(int l, const int32_t* pos, int n, bool projected) const
     for (int64_t i = b; i < e; ++i) {
       float* q = &buf_.q[size_t(i) * qw];
       rmsnorm_groups(q, lw.attn_q_norm.data(), H, hd, eps);
-      rope_neox(q, H, hd, pos[i], inv_freq);  // at the row's own position, also after pruning
+      // At the row's own position, also after pruning.
+      rope_neox(q, H, hd, pos[i], rope.theta_scale, rope.factors.data());
     }
   });
 }

@@ -257,13 +257,13 @@ void Forward::layer_input(int l, KvCache& kv, bool with_query, const DecoderBloc
   if (!lw.has_v) {
     std::copy(k_.begin(), k_.begin() + size_t(n_) * kvw, v_.begin());  // k_eq_v: V is the raw K projection
   }
-  const float* inv_freq = w_.inv_freq[l].data();
+  const ModelWeights::Rope& rope = w_.rope[l];
   parallel_for(pool_, n_, 4, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       float* k = &k_[size_t(i) * kvw];
       float* v = &v_[size_t(i) * kvw];
       rmsnorm_groups(k, lw.attn_k_norm.data(), Hk, hd, eps);
-      rope_neox(k, Hk, hd, pos_[i], inv_freq);
+      rope_neox(k, Hk, hd, pos_[i], rope.theta_scale, rope.factors.data());
       rmsnorm_groups(v, nullptr, Hk, hd, eps);  // V-norm has no weight and V gets no RoPE
     }
   });

@@ -166,16 +166,14 @@ ModelWeights ModelWeights::bind(const ModelConfig& c, const TensorTable& t, cons
     b.use("rope_freqs.weight");  // only full layers read it
     (void)rf;
   }
-  w.inv_freq.resize(c.n_layer);
+  w.rope.resize(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerConfig& L = c.layers[l];
-    auto& f = w.inv_freq[l];
-    f.resize(L.head_dim / 2);
-    for (int i = 0; i < L.head_dim / 2; ++i) {
-      double inv = std::pow(double(L.rope_base), -2.0 * i / double(L.n_rot));
-      if (!L.sliding && !w.rope_freqs.empty()) inv /= double(w.rope_freqs[i]);
-      f[i] = inv < 1e-20 ? 0.0f : float(inv);
-    }
+    ModelWeights::Rope& r = w.rope[l];
+    r.theta_scale = std::pow(L.rope_base, -2.0f / float(L.n_rot));  // powf, as llama.cpp takes it
+    r.factors.assign(L.head_dim / 2, 1.0f);
+    if (!L.sliding && !w.rope_freqs.empty())
+      std::copy_n(w.rope_freqs.begin(), L.head_dim / 2, r.factors.begin());
   }
 
   w.layers.resize(c.n_layer);

@@ -65,8 +65,12 @@ struct ModelWeights {
   MatrixView nextn_pre_proj;        // 2*d_backbone -> d
   MatrixView nextn_post_proj;       // d -> d_backbone
   std::vector<LayerWeights> layers;
-  // Inverse RoPE frequencies per layer (head_dim/2 each; 0 = pair does not rotate).
-  std::vector<std::vector<float>> inv_freq;
+  // RoPE per layer (kernels/ops.h rope_neox): pair i turns by pos * theta_scale^i / factors[i].
+  struct Rope {
+    float theta_scale = 1.0f;    // rope_base^(-2 / n_rot)
+    std::vector<float> factors;  // head_dim/2 divisors: rope_freqs on full layers, else 1
+  };
+  std::vector<Rope> rope;
 
   // Binds every tensor the config needs; errors name the file and the tensor.
   static ModelWeights bind(const ModelConfig& c, const TensorTable& t, const std::string& file_name);
