@@ -19,6 +19,7 @@ void declare_plan_flags(Args& a) {
   a.flag("--no-ple-crop", "compute the PLE projection of tail layers for all rows (ablation)");
   a.flag("--simple-cut", "prune at the input of the first shared layer instead of inside the last KV layer");
   a.flag("--exact-gelu", "exact tanh GELU instead of llama.cpp's f16 GELU table");
+  a.flag("--llama-order", "F32 weights and F32 KV in llama.cpp's summation order (its exact logits; slow)");
 }
 
 PlanSwitches plan_switches(const Args& a) {
@@ -28,6 +29,7 @@ PlanSwitches plan_switches(const Args& a) {
   s.ple_crop = !a.on("--no-ple-crop");
   s.optimal_cut = !a.on("--simple-cut");
   s.exact_gelu = a.on("--exact-gelu");
+  s.llama_f32_order = a.on("--llama-order");
   return s;
 }
 

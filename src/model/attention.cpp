@@ -8,6 +8,7 @@
 
 #include "kernels/attention_ops.h"
 #include "kernels/convert.h"
+#include "kernels/llama_order.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/thread_pool.h"
@@ -37,11 +38,65 @@ GgmlType element_type(KvType t) {
   }
 }
 
+// Attention over an F32 cache as llama.cpp's CPU backend computes it without flash attention, for a
+// single sequence whose cache cell is its position: scores k.q in ggml_vec_dot_f32's order (its query
+// is a strided view, so never tinyBLAS), the masked softmax with ggml's exp summed 16 cells at a time
+// into a double and scaled by float(1 / sum), then the value sums over the cells in the order of a
+// product with `batch_cols` activation columns. Cells outside a row's view weigh exactly 0, so the
+// cache's padding to 256 cells changes nothing and the sums run over whole blocks of 64 cells.
+double attend_llama_order(const float* q, int n, const int32_t* pos, const int32_t* seq,
+                          const AttentionShape& s, const KvCache& kv, int slot, float* out, ThreadPool* pool,
+                          const int32_t* hi_pos, int batch_cols) {
+  const int hd = s.head_dim, group = s.n_head / s.n_kv_heads, qw = s.n_head * hd;
+  std::atomic<int64_t> scored{0};
+  parallel_for(pool, n, 1, [&](int64_t r0, int64_t r1, int) {
+    std::vector<float> p, vcol;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int lo = s.window > 0 ? std::max(0, pos[r] - s.window + 1) : 0;
+      const int hi = hi_pos ? hi_pos[r] : pos[r];
+      const int cells = (hi + 1 + 63) / 64 * 64;
+      p.assign(cells, 0.0f), vcol.assign(cells, 0.0f);
+      for (int h = 0; h < s.n_head; ++h) {
+        const int g = h / group;
+        const float* qh = q + r * qw + int64_t(h) * hd;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int c = lo; c <= hi; ++c) {
+          const auto* k = static_cast<const float*>(kv.k_row(slot, seq[r], kv.cell_of(slot, c))) + g * hd;
+          p[c] = llama_dot_f32(k, qh, hd, false);
+          mx = std::max(mx, p[c]);
+        }
+        double sum = 0;
+        float blk[16];
+        for (int c0 = (lo / 16) * 16; c0 <= hi; c0 += 16) {
+          for (int j = 0; j < 16; ++j) {
+            const int c = c0 + j;
+            blk[j] = p[c] = c >= lo && c <= hi ? llama_expf(p[c] - mx) : 0.0f;
+          }
+          sum += double(llama_reduce16(blk));
+        }
+        const float inv = float(1.0 / sum);
+        for (int c = lo; c <= hi; ++c) p[c] *= inv;
+        float* o = out + r * qw + int64_t(h) * hd;
+        for (int d = 0; d < hd; ++d) {
+          for (int c = lo; c <= hi; ++c)
+            vcol[c] = static_cast<const float*>(kv.v_row(slot, seq[r], kv.cell_of(slot, c)))[g * hd + d];
+          o[d] = llama_dot_f32(vcol.data(), p.data(), cells, batch_cols >= 2);
+        }
+        std::fill(p.begin() + lo, p.begin() + hi + 1, 0.0f);
+      }
+      scored += int64_t(hi - lo + 1) * s.n_head;
+    }
+  });
+  return double(scored.load()) * hd * 2;
+}
+
 }  // namespace
 
 double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, const AttentionShape& s,
               const KvCache& kv, int slot, bool crop, const int* kv_len, float* out, ThreadPool* pool,
-              const int32_t* hi_pos) {
+              const int32_t* hi_pos, int llama_cols) {
+  if (llama_cols > 0 && kv.type() == KvType::F32)
+    return attend_llama_order(q, n, pos, seq, s, kv, slot, out, pool, hi_pos, llama_cols);
   const int hd = s.head_dim, group = s.n_head / s.n_kv_heads, qw = s.n_head * hd;
   const int width = kv.row_width(slot);
 

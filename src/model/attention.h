@@ -24,6 +24,6 @@ struct AttentionShape {
 // (the window still counts back from pos). Returns multiply-adds performed.
 double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, const AttentionShape& s,
               const KvCache& kv, int slot, bool crop, const int* kv_len, float* out, ThreadPool* pool,
-              const int32_t* hi_pos = nullptr);
+              const int32_t* hi_pos = nullptr, int llama_cols = 0);
 
 }  // namespace gem4

@@ -37,6 +37,10 @@ struct PlanSwitches {
   bool optimal_cut = true;  // cut inside layer K-1 (after its K/V write) rather than at the input of layer K
   // Numerics, not plan: GELU by the exact tanh formula instead of llama.cpp's f16 table (ops.h).
   bool exact_gelu = false;
+  // Numerics: products with F32 weights and attention over an F32 cache in llama.cpp's summation
+  // order (kernels/llama_order.h), as its CPU backend runs a micro-batch of the same rows: its logits
+  // to the last bits or so, far slower. Other weight and cache types are unaffected.
+  bool llama_f32_order = false;
 };
 
 // A point in the decoder stack: the input of `layer`, or inside it right after its K/V write (spec

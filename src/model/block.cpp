@@ -74,7 +74,7 @@ double DecoderBlock::attention(int l, const AttentionKeys& keys, float* h, int n
   const LayerWeights& lw = w_.layers[l];
   const int qw = keys.shape.n_head * keys.shape.head_dim;
   const double macs = attend(buf_.q.data(), n, keys.mask_pos, keys.seq, keys.shape, *keys.kv, keys.slot,
-                             keys.crop, keys.kv_len, buf_.attn.data(), pool_, keys.mask_hi);
+                             keys.crop, keys.kv_len, buf_.attn.data(), pool_, keys.mask_hi, keys.llama_cols);
   const MatmulTarget out{lw.attn_output, buf_.o.data(), c_.d_model};
   matmul_(&out, 1, buf_.attn.data(), n, qw);
   add_normed(lw.post_attention_norm.data(), h, n);

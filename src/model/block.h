@@ -56,6 +56,7 @@ struct AttentionKeys {
   bool crop = true;
   const int* kv_len = nullptr;  // per sequence: cached positions (only without crop)
   const int32_t* mask_hi = nullptr;  // per row: the last visible position (null: mask_pos; images see ahead)
+  int llama_cols = 0;  // > 0, F32 cache: llama.cpp's order (attention.h) for a batch of this many rows
 };
 
 class DecoderBlock {

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/llama_order.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matrix.h"
@@ -54,7 +55,16 @@ void Forward::matmul(const MatrixView& w, const float* x, int rows, int ldx, flo
 void Forward::matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx) {
   if (rows <= 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const double macs = run_products(targets, count, x, rows, ldx, pool_);
+  double macs = 0;
+  if (llama_cols_ > 0 && targets[0].w.type == GgmlType::F32) {
+    for (int j = 0; j < count; ++j) {
+      const MatmulTarget& t = targets[j];
+      llama_matmul_f32(t.w, x, rows, ldx, t.y, t.ldy, llama_cols_ >= 2, pool_);
+      macs += double(t.w.in) * double(t.w.out) * rows;
+    }
+  } else {
+    macs = run_products(targets, count, x, rows, ldx, pool_);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int j = 0; j < count; ++j) {
     const MatrixView& w = targets[j].w;
@@ -187,6 +197,8 @@ void Forward::run_micro_batch(const Batch& batch, const MicroBatchPlan& plan, Kv
     has_spans_ |= same;
   }
   const DecoderBlock blk = block();
+  // llama.cpp runs every row of its micro-batch through every layer: that count picks its order.
+  llama_cols_ = switches.llama_f32_order ? T : 0;
 
   // 2.2 Token embedding: x0 = E[token] * sqrt(d); a media row brings its own embedding, unscaled.
   const float emb_scale = std::sqrt(float(d));
@@ -285,6 +297,7 @@ void Forward::layer_rest(int l, const KvCache& kv, bool query_projected, const D
   keys.crop = switches.mask_crop;
   keys.kv_len = kv_len_.data();
   keys.mask_hi = has_spans_ ? hi_.data() : nullptr;
+  keys.llama_cols = llama_cols_;
   stats.attention_macs += blk.attention(l, keys, h_.data(), n_);
   blk.mlp(l, switches.exact_gelu, h_.data(), n_);
   if (c_.ple_dim > 0) ple_block(l, blk);
@@ -328,6 +341,7 @@ void Forward::head(const Batch& batch, ForwardOutputs& out, const DecoderBlock& 
   const size_t V = w_.token_embd.out, base = out.logits.size();
   out.logits.resize(base + size_t(n_logits) * V);
   float* logits = out.logits.data() + base;
+  if (llama_cols_ > 0) llama_cols_ = n_logits;  // llama.cpp keeps only the output rows for its head
   matmul(w_.token_embd, y, n_logits, d, logits, int(V));
   if (c_.final_softcap > 0) {
     // Split the elements, not the rows: decode has one row of 262,144 tanh's (~5 % of a token).

@@ -77,6 +77,7 @@ class Forward {
 
   // State of the current micro-batch; row i of every buffer is the i-th active row.
   int n_ = 0;                     // active rows
+  int llama_cols_ = 0;            // llama_f32_order: activation columns llama.cpp's products have, else 0
   std::vector<int32_t> tok_, pos_, seq_, row_;  // token, position, sequence, batch row
   std::vector<int32_t> hi_;       // last visible position: pos, or the end of the row's image span
   bool has_spans_ = false;        // some row sees past its own position
