@@ -27,11 +27,16 @@ using gem4::test::mtmd;
 
 class MediaPrompt : public ::testing::TestWithParam<const char*> {};
 
-// Tolerance: the issue asks for 1e-3, but gem4's text forward alone is 2.8e-3 (1 token) to 7.0e-3 (64
-// tokens) max |diff| from llama.cpp on this random model's plain-text reference
-// (llamacpp-ref/gemma4-tiny-f32, see model_llamacpp_test.cpp), so the media prompt is held to that
-// baseline: 1e-2. The masking itself is far outside it: decoding the image causally moves the last
-// logits by 0.65-4.2, and the causal variant is checked against llama.cpp's causal logits too.
+// Tolerance: the issue asks for 1e-3, but this random model turns any rounding difference into ~1e-3
+// in the logits (one ulp moves an f16 GELU-table input across a rounding tie). gem4's ordinary
+// kernels are 2.8e-3 (1 token) to 7.0e-3 (64 tokens) max |diff| from llama.cpp on the plain-text
+// reference (llamacpp-ref/gemma4-tiny-f32, model_llamacpp_test.cpp). With llama.cpp's summation order
+// (PlanSwitches::llama_f32_order) the plain text matches to 2e-6, and these media prompts match a
+// llama.cpp build of node-llama-cpp 3.22.1 to 1e-6 too, but not the 3f545be build that made this
+// data: 8e-4 (last) to 6e-3 (tail) from it even with its own embeddings, so some op of the media
+// path differs between the two versions. Both orders are held to 1e-2 here. The masking itself is far
+// outside it: decoding the image causally moves the last logits by 0.65-4.2, and the causal variant is
+// checked against llama.cpp's causal logits too.
 constexpr double kTextBaseline = 1e-2;
 
 TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
@@ -54,27 +59,32 @@ TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
   const auto tail_ref = test::read_f32(mtmd("dumps/" + id + "/logits_tail.f32"));
   const auto causal_ref = test::read_f32(mtmd("dumps/" + id + "/logits_last_causal.f32"));
   ASSERT_EQ(last_ref.size(), size_t(V));
-  for (const std::vector<float>* embd : {&own, &ref_embd}) {
-    const char* which = embd == &own ? "gem4's embeddings" : "llama.cpp's embeddings";
-    SCOPED_TRACE(which);
-    const ForwardOutputs last =
-        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, 0), 512, &pool);
-    ASSERT_EQ(last.logits.size(), size_t(V));
-    const double dl = test::max_abs_diff(last.logits.data(), last_ref.data(), V);
-    EXPECT_LE(dl, kTextBaseline) << "last-position logits";
-    const ForwardOutputs tail =
-        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, true, 0), 512, &pool);
-    ASSERT_EQ(tail.logits.size(), tail_ref.size());
-    const double dt = test::max_abs_diff(tail.logits.data(), tail_ref.data(), tail_ref.size());
-    EXPECT_LE(dt, kTextBaseline) << "logits of the text after the image";
-    const ForwardOutputs causal =
-        test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, -1), 512, &pool);
-    const double dc = test::max_abs_diff(causal.logits.data(), causal_ref.data(), V);
-    EXPECT_LE(dc, kTextBaseline) << "last-position logits, image decoded causally";
-    // The two maskings are told apart far beyond the tolerance.
-    EXPECT_GT(test::max_abs_diff(causal.logits.data(), last_ref.data(), V), 0.3);
-    std::printf("  %s, %s: logits max |diff| last %.3g, tail %.3g, causal %.3g\n", id.c_str(), which, dl, dt,
-                dc);
+  for (const bool llama_order : {false, true}) {
+    PlanSwitches sw;
+    sw.llama_f32_order = llama_order;
+    for (const std::vector<float>* embd : {&own, &ref_embd}) {
+      const char* which = embd == &own ? "gem4's embeddings" : "llama.cpp's embeddings";
+      SCOPED_TRACE(std::string(which) + (llama_order ? ", llama.cpp's order" : ""));
+      const double tol = kTextBaseline;
+      const ForwardOutputs last =
+          test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, 0), 512, &pool, sw);
+      ASSERT_EQ(last.logits.size(), size_t(V));
+      const double dl = test::max_abs_diff(last.logits.data(), last_ref.data(), V);
+      EXPECT_LE(dl, tol) << "last-position logits";
+      const ForwardOutputs tail =
+          test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, true, 0), 512, &pool, sw);
+      ASSERT_EQ(tail.logits.size(), tail_ref.size());
+      const double dt = test::max_abs_diff(tail.logits.data(), tail_ref.data(), tail_ref.size());
+      EXPECT_LE(dt, tol) << "logits of the text after the image";
+      const ForwardOutputs causal =
+          test::run_prompt(*model, test::mtmd_prompt(info, *embd, d, false, -1), 512, &pool, sw);
+      const double dc = test::max_abs_diff(causal.logits.data(), causal_ref.data(), V);
+      EXPECT_LE(dc, tol) << "last-position logits, image decoded causally";
+      // The two maskings are told apart far beyond the tolerance.
+      EXPECT_GT(test::max_abs_diff(causal.logits.data(), last_ref.data(), V), 0.3);
+      std::printf("  %s, %s%s: logits max |diff| last %.3g, tail %.3g, causal %.3g\n", id.c_str(), which,
+                  llama_order ? " (llama.cpp's order)" : "", dl, dt, dc);
+    }
   }
   // A micro-batch too small for the image is refused, not split.
   EXPECT_THROW(test::run_prompt(*model, test::mtmd_prompt(info, own, d, false, 0), 16, &pool),

@@ -58,10 +58,12 @@ inline Batch mtmd_prompt(const nlohmann::json& info, const std::vector<float>& e
 }
 
 // One sequence, F32 KV, micro-batches of `ubatch` rows.
-inline ForwardOutputs run_prompt(const Model& m, const Batch& b, int ubatch, ThreadPool* pool) {
+inline ForwardOutputs run_prompt(const Model& m, const Batch& b, int ubatch, ThreadPool* pool,
+                                 PlanSwitches sw = {}) {
   KvCache kv(m.config, 256, 1, ubatch, KvType::F32);
   Forward f(m, pool);
   f.ubatch = ubatch;
+  f.switches = sw;
   ForwardOutputs out;
   f.run(b, kv, out);
   return out;
