@@ -19,6 +19,7 @@
 #include "kernels/thread_pool.h"
 #include "media/audio_ops.h"
 #include "media/audio_synthetic.h"
+#include "media/encoder_matmul.h"
 #include "media/mmproj_file.h"
 #include "mtmd_projector.h"
 #include "test_util.h"

@@ -16,17 +16,6 @@ void round_to_f16_inplace(float* x, int64_t n) {
   }
 }
 
-void round_activations_for(GgmlType weight_type, float* x, int64_t n) {
-  if (weight_type == GgmlType::F16) return round_to_f16_inplace(x, n);
-  if (weight_type != GgmlType::BF16) return;
-  std::vector<uint16_t> h(size_t(std::min<int64_t>(n, 4096)));
-  for (int64_t i = 0; i < n; i += int64_t(h.size())) {
-    const int64_t m = std::min<int64_t>(int64_t(h.size()), n - i);
-    convert_f32_to_bf16(x + i, h.data(), m);
-    convert_bf16_to_f32(h.data(), x + i, m);
-  }
-}
-
 std::vector<float> im2col_3x3_s2(const float* x, int64_t height, int64_t width, int64_t channels) {
   const int64_t oh = (height - 1) / 2 + 1, ow = (width - 1) / 2 + 1, cols = channels * 9;
   std::vector<float> out(size_t(oh * ow * cols), 0.0f);

@@ -13,11 +13,6 @@ namespace gem4::media {
 // converts the F32 kernel to F16 too, so the convolution multiplies fp16-rounded values).
 void round_to_f16_inplace(float* x, int64_t n);
 
-// The activations of a product with weights of `weight_type` as ggml's CPU backend feeds them: rounded
-// to fp16 for F16 weights and to bf16 for BF16 weights (its vec_dot types), unchanged otherwise (F32;
-// the quantized types' kernels quantize activations themselves). In place.
-void round_activations_for(GgmlType weight_type, float* x, int64_t n);
-
 // im2col of a 3x3, stride 2, padding 1 convolution over a [height][width][channels] grid (channels
 // fastest): row (y * out_w + x) of the result holds the window in (channel, ky, kx) order, ggml's
 // kernel layout [3, 3, in, out]; out-of-range taps are 0. out_h = (height - 1)/2 + 1, likewise out_w.

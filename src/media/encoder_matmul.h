@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "gguf/ggml_types.h"
 #include "kernels/matmul.h"
 
 namespace gem4 {
@@ -22,11 +23,17 @@ class ThreadPool;
 
 namespace gem4::media {
 
+// The activations of a product with weights of `weight_type` as ggml's CPU backend feeds them: rounded
+// to fp16 for F16 weights and to bf16 for BF16 weights (its vec_dot types), unchanged otherwise (F32;
+// the quantized types' kernels quantize activations themselves). In place.
+void round_activations_for(GgmlType weight_type, float* x, int64_t n);
+
 // Reduction slice length (a multiple of every 32-element quantized block; K-quants use their 256).
 inline constexpr int64_t kEncoderSlice = 32;
 
 // y[r, o] = sum_i W[o, i] x[r, i] for r < rows (the layout of kernels::matmul); for F32 weights as a
-// sum of slice products taken in order. y must not overlap x.
+// sum of slice products taken in order, for F16/BF16 weights on activations rounded to the weights' type
+// (a copy; x is not changed). y must not overlap x.
 void encoder_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                     ThreadPool* pool);
 
