@@ -287,6 +287,39 @@ TEST(VisionFiles, AFileHoldingBothTowersGivesTheSameEmbeddings) {
   EXPECT_LE(test::max_abs_diff(embd.data(), ref.data(), ref.size()), 1e-4);
 }
 
+// A block output scale (v.blk.N.out_scale.weight, the converter's name for a vision layer_scalar) is
+// applied when present: ones change nothing, other values change the rows (on the first block: the
+// last one's would be undone by the final RMS norm); a wrong shape is an error.
+TEST(VisionFiles, OptionalBlockOutputScales) {
+  auto v = gguf::GgufFile::open(mtmd("models/gemma4-tiny-vision.gguf"));
+  const auto with_scale = [&](const std::vector<float>& s) {
+    gguf::GgufWriter w;
+    for (const auto& [k, val] : v->metadata()) w.set_value(k, val);
+    copy_tensors(*v, w);
+    std::vector<uint8_t> b(s.size() * 4);
+    memcpy(b.data(), s.data(), b.size());
+    w.add_tensor("v.blk.0.out_scale.weight", {int64_t(s.size())}, GgmlType::F32, std::move(b));
+    const auto bytes = w.to_bytes();
+    return test::as_mtmd_ref(
+        MmprojFile::from_gguf(gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "s.gguf")));
+  };
+  const RgbImage img = load_image_file(mtmd("inputs/img2-photo-200x300.jpg"));
+  const auto plain =
+      VisionEncoder(*test::open_mtmd_projector("models/gemma4-tiny-vision.gguf")).encode(img, nullptr);
+  const int d = 64;
+  EXPECT_EQ(VisionEncoder(*with_scale({1.0f})).encode(img, nullptr), plain);
+  EXPECT_EQ(VisionEncoder(*with_scale(std::vector<float>(d, 1.0f))).encode(img, nullptr), plain);
+  const auto halved = VisionEncoder(*with_scale({0.5f})).encode(img, nullptr);
+  ASSERT_EQ(halved.size(), plain.size());
+  EXPECT_GT(test::max_abs_diff(halved.data(), plain.data(), plain.size()), 1e-3);
+  try {
+    VisionEncoder enc(*with_scale({1.0f, 1.0f, 1.0f}));
+    ADD_FAILURE() << "a 3-value out_scale loaded";
+  } catch (const MmprojError& e) {
+    EXPECT_NE(std::string(e.what()).find("v.blk.0.out_scale.weight"), std::string::npos) << e.what();
+  }
+}
+
 // A random projector of another shape (F16 matrices, 3 blocks, 2 heads of 32, patch 8, merge 2,
 // projecting to 96, with std_bias/std_scale): loads, runs, gives the right number of rows.
 std::vector<uint8_t> random_tensor(std::mt19937& rng, int64_t n, GgmlType type, float scale) {

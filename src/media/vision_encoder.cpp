@@ -77,6 +77,15 @@ VisionEncoder::VisionEncoder(const MmprojFile& f) : file_(f) {
     blk.up = load_clamped_linear(f, b + "ffn_up", d, ff);
     blk.down = load_clamped_linear(f, b + "ffn_down", ff, d);
     blk.ffn_post_norm = f.floats(b + "ffn_post_norm.weight", {d});
+    // Optional: the converter writes a vision layer_scalar as out_scale, and llama.cpp (de3ff81)
+    // multiplies the block's output by it when the file has one. One value or one per channel.
+    if (const gguf::TensorInfo* t = f.find_tensor(b + "out_scale.weight")) {
+      const int64_t m = t->ne.empty() ? 1 : t->ne[0];
+      if (m != 1 && m != d)
+        f.fail_tensor(b + "out_scale.weight",
+                      "has shape " + shape_string(t->ne) + ", expected [1] or [" + std::to_string(d) + "]");
+      blk.out_scale = f.floats(b + "out_scale.weight", {m});
+    }
     blocks_.push_back(std::move(blk));
   }
   if (f.find_tensor("v.std_bias") || f.find_tensor("v.std_scale")) {
@@ -216,6 +225,8 @@ std::vector<float> VisionEncoder::encode_resized(const RgbImage& img, ThreadPool
   for (int il = 0; il < hp_.n_layer; ++il) {
     run_block(blocks_[il], h.data(), n, col, row, pool);
     emit("layer_out-" + std::to_string(il), h.data(), n, d);
+    if (const std::vector<float>& s = blocks_[il].out_scale; !s.empty())
+      for (int64_t i = 0; i < n * d; ++i) h[i] *= s[s.size() == 1 ? 0 : i % d];
   }
 
   std::vector<float> pooled = average_pool_grid(h.data(), gx, gy, d, hp_.n_merge);

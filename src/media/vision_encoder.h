@@ -66,6 +66,7 @@ class VisionEncoder {
   struct Block {
     std::vector<float> ln1, q_norm, k_norm, attn_post_norm, ln2, ffn_post_norm;
     ClampedLinear q, k, v, o, gate, up, down;
+    std::vector<float> out_scale;  // optional: 1 value or n_embd (empty: none)
   };
   void run_block(const Block& b, float* h, int64_t n, const std::vector<int>& col,
                  const std::vector<int>& row, ThreadPool* pool) const;
