@@ -14,16 +14,7 @@ namespace {
 using gem4::test::mtmd;
 
 // Runs a shell command, returns its exit status and combined output.
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+std::pair<int, std::string> shell(const std::string& cmd) { return gem4::test::shell(cmd + " 2>&1"); }
 
 std::string gem4_chat() {
   return std::string(GEM4_BINARY) + " chat -m " + mtmd("models/gemma4-tiny-mmvocab-f32.gguf") + " --mmproj " +

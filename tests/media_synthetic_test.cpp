@@ -140,16 +140,7 @@ TEST(SyntheticMmproj, E2bAndE4bPresetsHaveTheRealDimensions) {
 
 // ---- the command line: make-model --preset *-mmproj and bench's projector rows ----
 
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::shell;
 
 TEST(SyntheticMmproj, MakeModelWritesAndBenchTimesTheTowers) {
   const std::string gem4 = GEM4_BINARY, path = temp_path("cli.gguf");

@@ -16,19 +16,6 @@ namespace {
 
 using namespace test;
 
-std::string run_command(const std::string& cmd, int& rc) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    rc = -1;
-    return "popen failed: " + cmd;
-  }
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  rc = pclose(p);
-  return out;
-}
-
 TEST(ServerTest, StructuredOutputThroughOpenAINodeClientSlow) {
   std::string npm_error;
   const std::string dir = openai_node_dir(npm_error);
@@ -40,12 +27,11 @@ TEST(ServerTest, StructuredOutputThroughOpenAINodeClientSlow) {
   setenv("OPENAI_NODE_DIR", dir.c_str(), 1);
   setenv("GEM4_BASE_URL", ("http://127.0.0.1:" + std::to_string(srv.port()) + "/v1").c_str(), 1);
   setenv("GEM4_SCHEMAS", (src + "/tests/data/grammar_schemas.json").c_str(), 1);
-  int rc = 0;
-  const std::string client_log = run_command(
-      "timeout 600 node " + src + "/tests/server_openai_node/structured_test.cjs > " + cases + " 2>&1", rc);
+  const auto [rc, client_log] =
+      shell("timeout 600 node " + src + "/tests/server_openai_node/structured_test.cjs > " + cases + " 2>&1");
   ASSERT_EQ(rc, 0) << client_log << read_file(cases);
-  const std::string report = run_command("python3 " + src + "/scripts/validate_json_schema.py " + cases, rc);
-  EXPECT_EQ(rc, 0) << report;
+  const auto [vrc, report] = shell("python3 " + src + "/scripts/validate_json_schema.py " + cases);
+  EXPECT_EQ(vrc, 0) << report;
   EXPECT_NE(report.find("80/80 valid"), std::string::npos) << report;
   // Every reply ended by itself (the grammar completed), none at the token limit.
   const std::string lines = read_file(cases);

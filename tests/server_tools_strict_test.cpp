@@ -31,19 +31,6 @@ const char* kTools = R"([
 // (A non-strict tool beside them is in the call grammar with free arguments: the tiny model then
 // picks it and writes keys until max_tokens, so grammar_tool_call_test checks that case.)
 
-std::string run_command(const std::string& cmd, int& rc) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    rc = -1;
-    return "popen failed: " + cmd;
-  }
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  rc = pclose(p);
-  return out;
-}
-
 TEST(ServerTest, StrictToolCallsValidate) {
   ServerProcess srv({"-m", tiny_model(), "-t", "1", "--ctx", "1024"});
   ASSERT_TRUE(srv.ok()) << srv.log();
@@ -116,9 +103,8 @@ TEST(ServerTest, StrictToolCallsValidate) {
   out.close();
   EXPECT_GE(auto_calls, 1) << "the lazy path was never taken";
   EXPECT_GE(strict_calls, 8);
-  int rc = 0;
-  const std::string report = run_command(
-      "python3 " + std::string(GEM4_SOURCE_DIR) + "/scripts/validate_json_schema.py " + cases, rc);
+  const auto [rc, report] =
+      test::shell("python3 " + std::string(GEM4_SOURCE_DIR) + "/scripts/validate_json_schema.py " + cases);
   EXPECT_EQ(rc, 0) << report;
   EXPECT_NE(report.find(std::to_string(strict_calls) + "/" + std::to_string(strict_calls) + " valid"),
             std::string::npos)

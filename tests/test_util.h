@@ -1,14 +1,30 @@
 // Helpers shared by the test files: where the shared test data lives, and comparisons.
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gem4::test {
+
+// Runs a shell command: its exit status (-1 if it did not exit normally) and its standard output.
+inline std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed: " + cmd};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
 
 // ../shared/testdata beside the repository. Tests that need it fail (never skip) when it is missing.
 inline std::string testdata(const std::string& rel) {
