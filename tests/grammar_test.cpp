@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
+#include "tiny_grammar_model.h"
 
 namespace gem4 {
 namespace {
@@ -158,20 +159,8 @@ TEST(GrammarSchema, CompiledGrammarsAcceptAndReject) {
 
 // ---- with the tiny model's vocabulary and weights ----
 
-class GrammarModel : public ::testing::Test {
+class GrammarModel : public test::TinyGrammarModel {
  protected:
-  static void SetUpTestSuite() {
-    model_ = Model::load(test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf")).release();
-    tokenizer_ = new text::Tokenizer(text::Tokenizer::from_gguf(*model_->file));
-    trie_ = new std::shared_ptr<const TokenTrie>(TokenTrie::from_tokenizer(*tokenizer_));
-    pool_ = new ThreadPool(2);
-  }
-  static void TearDownTestSuite() {
-    delete pool_;
-    delete trie_;
-    delete tokenizer_;
-    delete model_;
-  }
   static std::unique_ptr<Session> session() {
     SessionOptions o;
     o.n_ctx = 512;
@@ -189,15 +178,7 @@ class GrammarModel : public ::testing::Test {
     r.max_tokens = 800;
     return r;
   }
-  static Model* model_;
-  static text::Tokenizer* tokenizer_;
-  static std::shared_ptr<const TokenTrie>* trie_;
-  static ThreadPool* pool_;
 };
-Model* GrammarModel::model_ = nullptr;
-text::Tokenizer* GrammarModel::tokenizer_ = nullptr;
-std::shared_ptr<const TokenTrie>* GrammarModel::trie_ = nullptr;
-ThreadPool* GrammarModel::pool_ = nullptr;
 
 // The mask of every state along a document equals feeding each token's bytes one by one.
 TEST_F(GrammarModel, MaskMatchesBruteForce) {
@@ -277,14 +258,7 @@ TEST_F(GrammarModel, FortySchemasGenerateValidJson) {
   }
   out.close();
   EXPECT_EQ(n, 120);
-  const std::string cmd =
-      "python3 " + std::string(GEM4_SOURCE_DIR) + "/scripts/validate_json_schema.py " + cases;
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string report;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) report += buf;
-  const int rc = pclose(p);
+  const auto [rc, report] = test::validate_json_cases(cases);
   EXPECT_EQ(rc, 0) << report;
   EXPECT_NE(report.find("120/120 valid"), std::string::npos) << report;
 }

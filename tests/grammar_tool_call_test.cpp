@@ -23,6 +23,7 @@
 #include "test_util.h"
 #include "text/output_parser.h"
 #include "text/tokenizer.h"
+#include "tiny_grammar_model.h"
 
 namespace gem4 {
 namespace {
@@ -301,44 +302,7 @@ TEST(GrammarToolCall, SchemasInGemmaSyntax) {
 
 // ---- the trained tiny model writes the calls --------------------------------------------------
 
-class ToolCallModel : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    model_ = Model::load(test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf")).release();
-    tokenizer_ = new text::Tokenizer(text::Tokenizer::from_gguf(*model_->file));
-    trie_ = new std::shared_ptr<const TokenTrie>(TokenTrie::from_tokenizer(*tokenizer_));
-    pool_ = new ThreadPool(2);
-  }
-  static void TearDownTestSuite() {
-    delete pool_;
-    delete trie_;
-    delete tokenizer_;
-    delete model_;
-  }
-  static Model* model_;
-  static text::Tokenizer* tokenizer_;
-  static std::shared_ptr<const TokenTrie>* trie_;
-  static ThreadPool* pool_;
-};
-Model* ToolCallModel::model_ = nullptr;
-text::Tokenizer* ToolCallModel::tokenizer_ = nullptr;
-std::shared_ptr<const TokenTrie>* ToolCallModel::trie_ = nullptr;
-ThreadPool* ToolCallModel::pool_ = nullptr;
-
-std::string run_validator(const std::string& cases, int& rc) {
-  const std::string cmd =
-      "python3 " + std::string(GEM4_SOURCE_DIR) + "/scripts/validate_json_schema.py " + cases;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    rc = -1;
-    return "popen failed";
-  }
-  std::string report;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) report += buf;
-  rc = pclose(p);
-  return report;
-}
+class ToolCallModel : public test::TinyGrammarModel {};
 
 // Five tool schemas (flat, nested object, array, enum, integer bounds), as a required call, a call
 // the prompt opened and a lazy call (auto, the trigger pushed by logit_bias), greedy and at
@@ -411,8 +375,7 @@ TEST_F(ToolCallModel, GeneratedCallsParseAndValidate) {
   }
   out.close();
   EXPECT_GE(calls, 30);  // one per run at least
-  int rc = 0;
-  const std::string report = run_validator(cases, rc);
+  const auto [rc, report] = test::validate_json_cases(cases);
   EXPECT_EQ(rc, 0) << report;
   EXPECT_NE(report.find(std::to_string(calls) + "/" + std::to_string(calls) + " valid"), std::string::npos)
       << report;

@@ -30,7 +30,7 @@ TEST(ServerTest, StructuredOutputThroughOpenAINodeClientSlow) {
   const auto [rc, client_log] =
       shell("timeout 600 node " + src + "/tests/server_openai_node/structured_test.cjs > " + cases + " 2>&1");
   ASSERT_EQ(rc, 0) << client_log << read_file(cases);
-  const auto [vrc, report] = shell("python3 " + src + "/scripts/validate_json_schema.py " + cases);
+  const auto [vrc, report] = validate_json_cases(cases);
   EXPECT_EQ(vrc, 0) << report;
   EXPECT_NE(report.find("80/80 valid"), std::string::npos) << report;
   // Every reply ended by itself (the grammar completed), none at the token limit.

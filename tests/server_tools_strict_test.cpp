@@ -103,8 +103,7 @@ TEST(ServerTest, StrictToolCallsValidate) {
   out.close();
   EXPECT_GE(auto_calls, 1) << "the lazy path was never taken";
   EXPECT_GE(strict_calls, 8);
-  const auto [rc, report] =
-      test::shell("python3 " + std::string(GEM4_SOURCE_DIR) + "/scripts/validate_json_schema.py " + cases);
+  const auto [rc, report] = test::validate_json_cases(cases);
   EXPECT_EQ(rc, 0) << report;
   EXPECT_NE(report.find(std::to_string(strict_calls) + "/" + std::to_string(strict_calls) + " valid"),
             std::string::npos)

@@ -26,6 +26,14 @@ inline std::pair<int, std::string> shell(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+#ifdef GEM4_SOURCE_DIR
+// scripts/validate_json_schema.py over a JSON-lines file of {schema, output, label} cases (Debian's
+// python3-jsonschema): its exit status and report ("N/N valid").
+inline std::pair<int, std::string> validate_json_cases(const std::string& cases) {
+  return shell("python3 " + std::string(GEM4_SOURCE_DIR) + "/scripts/validate_json_schema.py " + cases);
+}
+#endif
+
 // ../shared/testdata beside the repository. Tests that need it fail (never skip) when it is missing.
 inline std::string testdata(const std::string& rel) {
   const std::string p = std::string(GEM4_SOURCE_DIR) + "/../shared/testdata/" + rel;
