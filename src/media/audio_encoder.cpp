@@ -21,20 +21,17 @@ std::string blk(int il, const std::string& what) { return "a.blk." + std::to_str
 // E2B-sized tower ~3.5x slower (29 s instead of 8 s for 30 s of audio on 2 threads), and the reference
 // projector's rows agree to ~2e-6 either way. The clamps are ClampedLinear's (clamp_input).
 //
-// F16 and BF16 weights (the real E2B/E4B files) multiply activations rounded to their type, as ggml
-// converts them; the rounding goes to a copy, since the clamped input may be read by the next linear.
+// F16 and BF16 weights (the real E2B/E4B files) go through encoder_matmul, which multiplies a copy of
+// the activations rounded to their type, as ggml converts them (and does not slice 16-bit weights).
 std::vector<float> apply(const ClampedLinear& l, float* x, int64_t rows, ThreadPool* pool) {
   std::vector<float> y(size_t(rows * l.out()));
   std::vector<float> scratch;
   int64_t ld = 0;
   const float* in = l.clamp_input(x, rows, l.in(), scratch, &ld);
-  if (l.w.type == GgmlType::F16 || l.w.type == GgmlType::BF16) {
-    std::vector<float> rounded(in, in + rows * l.in());
-    round_activations_for(l.w.type, rounded.data(), int64_t(rounded.size()));
-    matmul(l.w, rounded.data(), rows, l.in(), y.data(), l.out(), pool);
-  } else {
-    matmul(l.w, in, rows, l.in(), y.data(), l.out(), pool);
-  }
+  if (l.w.type == GgmlType::F16 || l.w.type == GgmlType::BF16)
+    encoder_matmul(l.w, in, rows, ld, y.data(), l.out(), pool);
+  else
+    matmul(l.w, in, rows, ld, y.data(), l.out(), pool);
   l.output.apply(y.data(), rows, l.out(), l.out());
   return y;
 }
