@@ -809,7 +809,7 @@ TEST(CpuFeatures, OverrideClampsToTheCpu) {
 // elsewhere the slice falls back to the GGUF layout. Either way the product is that of the rows.
 TEST(MatrixView, RowsOfAPackedMatrix) {
   const Weights w = make_weights(GgmlType::Q4_0, 100, 64, 6);
-  if (!w.packed.packed) GTEST_SKIP() << "no AVX-512: no packed layout on this CPU";
+  if (!w.packed.packed) GTEST_SKIP() << "no packed copy: only the scalar kernel set runs on this CPU";
   IsaOverride o(Isa::Avx512);
   const auto x = make_activations(2, 64, 64, 1);
   for (auto [first, count] : {std::pair<int64_t, int64_t>{32, 64}, {3, 40}, {64, 36}}) {

@@ -12,7 +12,6 @@
 #include <fstream>
 #include <optional>
 
-#include "kernels/cpu_features.h"
 #include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
@@ -90,8 +89,8 @@ std::vector<float> logits(const Model& m) {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 TEST_F(PackedCache, SecondLoadMapsTheCopiesTheFirstWrote) {
-  if (active_isa() != Isa::Avx512) {
-    // Only the AVX-512 kernels read packed copies; elsewhere nothing is packed or written.
+  if (!packed_kernels_active()) {
+    // Only the scalar set has no kernels for packed copies; there nothing is packed or written.
     auto m = load(dir_);
     EXPECT_EQ(m->packed.bytes(), 0u);
     EXPECT_FALSE(fs::exists(cache_file()));
@@ -119,7 +118,7 @@ TEST_F(PackedCache, SecondLoadMapsTheCopiesTheFirstWrote) {
 }
 
 TEST_F(PackedCache, ChangedModelFileIsRepacked) {
-  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
   load(dir_);
   ASSERT_TRUE(fs::exists(cache_file()));
   // Same bytes, newer modification time: the cache cannot know the file is unchanged.
@@ -131,7 +130,7 @@ TEST_F(PackedCache, ChangedModelFileIsRepacked) {
 }
 
 TEST_F(PackedCache, DamagedCacheFileIsNeverUsed) {
-  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
   auto plain = load("");
   load(dir_);
   const auto size = fs::file_size(cache_file());
@@ -171,7 +170,7 @@ TEST_F(PackedCache, DamagedCacheFileIsNeverUsed) {
 }
 
 TEST_F(PackedCache, WriterRemovesTemporariesOfDeadWriters) {
-  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
   fs::create_directories(dir_);
   const std::string dead = cache_file() + ".tmp-2147483000";  // above any pid_max: no such process
   const std::string alive = cache_file() + ".tmp-" + std::to_string(getpid());
@@ -186,7 +185,7 @@ TEST_F(PackedCache, WriterRemovesTemporariesOfDeadWriters) {
 }
 
 TEST_F(PackedCache, CachesOfVanishedModelFilesAreRemoved) {
-  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
   const std::string moved = (root_ / "moved.gguf").string();
   fs::copy_file(gguf_, moved);
   Model::load(moved, LoadOptions{dir_});
@@ -206,7 +205,7 @@ TEST_F(PackedCache, CachesOfVanishedModelFilesAreRemoved) {
 }
 
 TEST_F(PackedCache, UnwritableFolderOnlyCostsTheCache) {
-  if (active_isa() != Isa::Avx512) GTEST_SKIP() << "no packed copies without AVX-512";
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
   const std::string blocker = (root_ / "a-file").string();
   std::ofstream(blocker) << "not a folder";
   auto m = load(blocker + "/cache");
