@@ -87,9 +87,14 @@ TEST(Block, MlpFollowsTheSpecWithGateAndUpInOneProduct) {
     calls.push_back(count);
     run_products(t, count, x, rows, ldx, nullptr);
   };
+  int groups = 0;  // a dense MLP has no independent products to group
+  MatmulGroupHook group = [&](const MatmulJob* jobs, int count) {
+    groups++;
+    run_group(jobs, count, nullptr);
+  };
   BlockBuffers buf;
   buf.resize(n, c);
-  const DecoderBlock blk(c, w, nullptr, hook, buf);
+  const DecoderBlock blk(c, w, nullptr, hook, group, buf);
 
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -98,6 +103,7 @@ TEST(Block, MlpFollowsTheSpecWithGateAndUpInOneProduct) {
   const std::vector<float> h0 = h;
   blk.mlp(l, /*exact_gelu=*/true, h.data(), n);
   EXPECT_EQ(calls, (std::vector<int>{2, 1}));  // gate and up share their input; then down
+  EXPECT_EQ(groups, 0);
 
   for (int i = 0; i < n; ++i) {
     std::vector<double> x(h0.begin() + size_t(i) * d, h0.begin() + size_t(i + 1) * d);

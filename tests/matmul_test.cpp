@@ -679,6 +679,52 @@ TEST(Matmul, SharedInputMatchesSeparateCalls) {
   }
 }
 
+// Independent products at one barrier (the experts of a MoE layer): bit for bit the separate calls, for
+// every type and ISA, packed or not. The jobs differ in weights, inputs and row counts (0, 1, a few, past
+// the streaming limit), one has a row count that is not a whole number of panels, one is another type,
+// and their outputs are written with leading dimensions wider than `out`. Two threads split them into
+// slices that cross job boundaries; big enough in total (> 256 K multiply-adds) to be shared out.
+TEST(Matmul, GroupMatchesSeparateCalls) {
+  const auto isas = available_isas();
+  ThreadPool pool(2);
+  for (GgmlType t : kAllTypes) {
+    const int64_t be = ggml_block_elems(t);
+    const int64_t in = be == 256 ? 512 : 17 * 32;
+    const Weights wa = make_weights(t, 160, in, 11), wb = make_weights(t, 70, in, 12), wc = make_weights(t, 256, in, 13);
+    const Weights other = make_weights(GgmlType::F16, 40, in, 14);
+    const int64_t rows_of[4] = {1, 0, 7, 2};
+    std::vector<std::vector<float>> xs;
+    for (int j = 0; j < 4; ++j) xs.push_back(make_activations(std::max<int64_t>(rows_of[j], 1), in, in + 5, uint32_t(20 + j)));
+    for (Isa isa : isas) {
+      IsaOverride o(isa);
+      for (size_t variant = 0; variant < wa.views(isa).size(); ++variant) {
+        const MatrixView ws[4] = {wa.views(isa)[variant], wb.views(isa)[variant], wc.views(isa)[variant], other.view()};
+        for (const bool decode : {true, false}) {
+          std::vector<MatmulJob> jobs;
+          std::vector<std::vector<float>> ys;
+          for (int j = 0; j < 4; ++j) {
+            const int64_t rows = decode ? std::min<int64_t>(rows_of[j], 1) : rows_of[j];
+            ys.emplace_back(std::max<int64_t>(rows, 1) * (ws[j].out + 3), kSentinel);
+          }
+          for (int j = 0; j < 4; ++j) {
+            const int64_t rows = decode ? std::min<int64_t>(rows_of[j], 1) : rows_of[j];
+            jobs.push_back({ws[j], xs[j].data(), rows, in + 5, ys[j].data(), ws[j].out + 3});
+          }
+          matmul_group(jobs.data(), int(jobs.size()), &pool);
+          for (const MatmulJob& job : jobs) {
+            std::vector<float> want(std::max<int64_t>(job.rows, 1) * job.ldy, kSentinel);
+            matmul(job.w, job.x, job.rows, job.ldx, want.data(), job.ldy, nullptr);
+            ASSERT_EQ(0, std::memcmp(want.data(), job.y, want.size() * sizeof(float)))
+                << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << job.rows << " out=" << job.w.out
+                << (job.w.packed ? " packed" : "") << (decode ? " decode" : " prefill");
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(matmul_group(nullptr, -1, &pool), std::invalid_argument);
+}
+
 // The vdpbf16ps kernels, wherever the CPU has them (Auto may leave them off, see matmul.h): the same
 // sweeps as above against the bf16-activation reference, and batch invariance between the streaming
 // and the GEMM kernel.

@@ -198,6 +198,41 @@ void matmul_shared_input(const MatmulTarget* targets, int count, const float* x,
   for (const MatmulTarget& t : plain) matmul(t.w, x, rows, ldx, t.y, t.ldy, pool);
 }
 
+void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
+  if (count < 0) throw std::invalid_argument("matmul_group: negative job count");
+  double macs = 0;
+  for (int j = 0; j < count; ++j) {
+    const MatmulJob& t = jobs[j];
+    check_args("matmul_group", t.w, t.x, t.rows, t.ldx, t.y, t.ldy);
+    macs += double(t.w.in) * double(t.w.out) * double(t.rows);
+  }
+  // One thread, or too little work to share out: the jobs one after the other (each call may still
+  // use the pool when it is big enough on its own).
+  if (!pool || pool->size() == 1 || count <= 1 || macs < double(1 << 18)) {
+    for (int j = 0; j < count; ++j) {
+      const MatmulJob& t = jobs[j];
+      matmul(t.w, t.x, t.rows, t.ldx, t.y, t.ldy, pool);
+    }
+    return;
+  }
+  // Work units: the panels of every job, laid end to end (first[j]: job j's first unit).
+  std::vector<int64_t> first(size_t(count) + 1, 0);
+  for (int j = 0; j < count; ++j) {
+    const int64_t out = jobs[j].rows > 0 ? jobs[j].w.out : 0;
+    first[j + 1] = first[j] + (out + kPackedPanelRows - 1) / kPackedPanelRows;
+  }
+  pool->parallel_for_guided(first[count], 2, [&](int64_t b, int64_t e, int) {
+    int j = int(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+    for (; j < count && first[j] < e; ++j) {
+      const MatmulJob& t = jobs[j];
+      const int64_t r0 = (std::max(b, first[j]) - first[j]) * kPackedPanelRows;
+      const int64_t r1 = std::min((std::min(e, first[j + 1]) - first[j]) * kPackedPanelRows, t.w.out);
+      if (r1 <= r0) continue;
+      matmul(t.w.rows(r0, r1 - r0), t.x, t.rows, t.ldx, t.y + r0, t.ldy, nullptr);
+    }
+  });
+}
+
 namespace matmul_detail {
 
 bool is_int8_type(GgmlType t) {

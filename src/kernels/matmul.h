@@ -50,6 +50,23 @@ constexpr int kMaxSharedTargets = 4;
 void matmul_shared_input(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                          ThreadPool* pool);
 
+// One product of a group (matmul_group): y = x W^T for `rows` rows of x [rows, ldx] into y [rows, ldy].
+struct MatmulJob {
+  MatrixView w;
+  const float* x = nullptr;
+  int64_t rows = 0, ldx = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// Independent products (each its own weights and input) at one barrier: the experts of a
+// mixture-of-experts layer, each on the rows that picked it. Decode runs 2 x 8 expert products of
+// 1-2 MB per layer; one barrier each cost a wake-up, a ragged end and a cold start of the stream every
+// 50-100 us. Here the threads take slices of all the jobs' output rows (whole 32-row panels), first
+// come first served in shrinking chunks, and run each slice on one thread. Bit for bit what separate
+// matmul() calls give (a row of y never depends on which rows of W are computed with it).
+void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool);
+
 // BF16 weights: whether the vdpbf16ps kernels are used (activations rounded to bf16, as llama.cpp does
 // for BF16 weights; otherwise the weights are converted exactly to f32 and the activations stay f32).
 // Auto: on CPUs with AVX512_BF16 that issue vdpbf16ps at full rate (AMD Zen 4/5). Intel's Sapphire and

@@ -127,6 +127,8 @@ void Assistant::matmul_shared(const MatmulTarget* targets, int count, const floa
   matmul_macs += run_products(targets, count, x, rows, ldx, pool_);
 }
 
+void Assistant::matmul_group(const MatmulJob* jobs, int count) { matmul_macs += run_group(jobs, count, pool_); }
+
 void Assistant::matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy) {
   const MatmulTarget target{w, y, ldy};
   matmul_shared(&target, 1, x, rows, ldx);
@@ -158,7 +160,8 @@ void Assistant::step(const int32_t* tokens, const int32_t* pos, const int32_t* s
   z_.resize(size_t(n) * d), y_.resize(size_t(n) * d);
   buf_.resize(n, c_);
   // Built per call: its hook points at this Assistant, which its owner may have moved since.
-  const DecoderBlock blk(c_, w_, pool_, std::bind_front(&Assistant::matmul_shared, this), buf_);
+  const DecoderBlock blk(c_, w_, pool_, std::bind_front(&Assistant::matmul_shared, this),
+                         std::bind_front(&Assistant::matmul_group, this), buf_);
   // The attention mask sits one position back: the keys a query at p sees are those at q <= p - 1
   // (and, on sliding layers, q >= p - window + 1, i.e. a window of window - 1 ending at p - 1).
   mask_pos_.resize(n);

@@ -77,6 +77,7 @@ class Assistant {
  private:
   void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
   void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
+  void matmul_group(const MatmulJob* jobs, int count);
   void head(const float* y, int n, float* logits);
 
   const Model& target_;

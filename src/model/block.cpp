@@ -21,6 +21,13 @@ double run_products(const MatmulTarget* targets, int count, const float* x, int 
   return macs;
 }
 
+double run_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
+  matmul_group(jobs, count, pool);
+  double macs = 0;
+  for (int j = 0; j < count; ++j) macs += double(jobs[j].w.in) * double(jobs[j].w.out) * double(jobs[j].rows);
+  return macs;
+}
+
 void BlockBuffers::resize(int n, const ModelConfig& c) {
   const size_t rows = size_t(std::max(n, 0)), d = size_t(c.d_model);
   const size_t qw = size_t(c.max_q_width()), ff = size_t(c.max_ff());
@@ -30,8 +37,8 @@ void BlockBuffers::resize(int n, const ModelConfig& c) {
 }
 
 DecoderBlock::DecoderBlock(const ModelConfig& c, const ModelWeights& w, ThreadPool* pool, MatmulHook matmul,
-                           BlockBuffers& buf)
-    : c_(c), w_(w), pool_(pool), matmul_(std::move(matmul)), buf_(buf) {}
+                           MatmulGroupHook group, BlockBuffers& buf)
+    : c_(c), w_(w), pool_(pool), matmul_(std::move(matmul)), group_(std::move(group)), buf_(buf) {}
 
 void DecoderBlock::norm_rows(const float* x, const float* w, int n, float* y) const {
   const int d = c_.d_model;
@@ -118,27 +125,22 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
   buf_.dense.resize(nd), buf_.router_in.resize(nd), buf_.expert_in.resize(nd), buf_.expert_sum.assign(nd, 0.0f);
   buf_.router_logits.resize(size_t(n) * E);
 
-  // Dense branch: post_ffw_norm_1(W_down(gelu(W_gate m) * W_up m)), m = rmsnorm(h, ffn_norm).
+  // The three inputs: m = rmsnorm(h, ffn_norm) for the dense branch, rmsnorm(h) / sqrt(d) *
+  // router_scale for the router, pre_ffw_norm_2(h) for the experts.
   norm_rows(h, lw.ffn_norm.data(), n, buf_.a.data());
-  const MatmulTarget gate_up[2] = {{lw.ffn_gate, buf_.gate.data(), ff}, {lw.ffn_up, buf_.up.data(), ff}};
-  matmul_(gate_up, 2, buf_.a.data(), n, d);
-  parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
-    gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
-  });
-  const MatmulTarget down{lw.ffn_down, buf_.dense.data(), d};
-  matmul_(&down, 1, buf_.act.data(), n, ff);
-  norm_rows(buf_.dense.data(), lw.post_ffw_norm_1.data(), n, buf_.dense.data());
-
-  // Router on rmsnorm(h) / sqrt(d) * router_scale; the experts read pre_ffw_norm_2(h).
   norm_rows(h, nullptr, n, buf_.router_in.data());
   const float inv_sqrt_d = 1.0f / std::sqrt(float(d));
   for (int i = 0; i < n; ++i) {
     float* r = &buf_.router_in[size_t(i) * d];
     for (int j = 0; j < d; ++j) r[j] = r[j] * inv_sqrt_d * lw.router_scale[j];
   }
-  const MatmulTarget route{lw.router, buf_.router_logits.data(), E};
-  matmul_(&route, 1, buf_.router_in.data(), n, d);
   norm_rows(h, lw.pre_ffw_norm_2.data(), n, buf_.expert_in.data());
+
+  // Dense gate and up, and the router, at one barrier.
+  const MatmulJob first[3] = {{lw.ffn_gate, buf_.a.data(), n, d, buf_.gate.data(), ff},
+                              {lw.ffn_up, buf_.a.data(), n, d, buf_.up.data(), ff},
+                              {lw.router, buf_.router_in.data(), n, d, buf_.router_logits.data(), E}};
+  group_(first, 3);
 
   // Top-k per row: softmax over all experts, keep K, renormalise, times the expert's scale.
   std::vector<std::vector<std::pair<int, float>>> rows_of(E);  // expert -> (row, weight)
@@ -161,27 +163,51 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
     }
   }
 
-  // Each used expert once, on its rows gathered: W_down(gelu(gate) * up), added with its weight.
+  // The used experts' rows gathered one expert after the other (expert e's from row offset[e]).
+  std::vector<int> used, offset(E + 1, 0);
   for (int e = 0; e < E; ++e) {
-    const auto& rows = rows_of[e];
-    const int m = int(rows.size());
-    if (m == 0) continue;
-    buf_.ex_x.resize(size_t(m) * d), buf_.ex_gu.resize(size_t(m) * 2 * fe);
-    buf_.ex_act.resize(size_t(m) * fe), buf_.ex_y.resize(size_t(m) * d);
-    for (int r = 0; r < m; ++r)
-      std::copy_n(&buf_.expert_in[size_t(rows[r].first) * d], d, &buf_.ex_x[size_t(r) * d]);
-    const MatmulTarget gu{lw.expert_gate_up[e], buf_.ex_gu.data(), 2 * fe};
-    matmul_(&gu, 1, buf_.ex_x.data(), m, d);
-    for (int r = 0; r < m; ++r) {
+    offset[e + 1] = offset[e] + int(rows_of[e].size());
+    if (!rows_of[e].empty()) used.push_back(e);
+  }
+  const size_t total = size_t(offset[E]);
+  buf_.ex_x.resize(total * d), buf_.ex_gu.resize(total * 2 * fe);
+  buf_.ex_act.resize(total * fe), buf_.ex_y.resize(total * d);
+  for (int e : used)
+    for (size_t r = 0; r < rows_of[e].size(); ++r)
+      std::copy_n(&buf_.expert_in[size_t(rows_of[e][r].first) * d], d, &buf_.ex_x[(offset[e] + r) * d]);
+
+  // The dense down product and every expert's gate|up at one barrier, then every expert's down.
+  parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
+    gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
+  });
+  std::vector<MatmulJob> jobs;
+  jobs.reserve(used.size() + 1);
+  jobs.push_back({lw.ffn_down, buf_.act.data(), n, ff, buf_.dense.data(), d});
+  for (int e : used) {
+    jobs.push_back({lw.expert_gate_up[e], &buf_.ex_x[size_t(offset[e]) * d], int64_t(rows_of[e].size()), d,
+                    &buf_.ex_gu[size_t(offset[e]) * 2 * fe], 2 * fe});
+  }
+  group_(jobs.data(), int(jobs.size()));
+  parallel_for(pool_, int64_t(total), 4, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) {
       const float* g = &buf_.ex_gu[size_t(r) * 2 * fe];
       gelu_mul(exact_gelu, g, g + fe, &buf_.ex_act[size_t(r) * fe], fe);
     }
-    const MatmulTarget dn{lw.expert_down[e], buf_.ex_y.data(), d};
-    matmul_(&dn, 1, buf_.ex_act.data(), m, fe);
-    for (int r = 0; r < m; ++r) {
-      float* acc = &buf_.expert_sum[size_t(rows[r].first) * d];
-      const float* y = &buf_.ex_y[size_t(r) * d];
-      const float wgt = rows[r].second;
+  });
+  jobs.clear();
+  for (int e : used) {
+    jobs.push_back({lw.expert_down[e], &buf_.ex_act[size_t(offset[e]) * fe], int64_t(rows_of[e].size()), fe,
+                    &buf_.ex_y[size_t(offset[e]) * d], d});
+  }
+  group_(jobs.data(), int(jobs.size()));
+  norm_rows(buf_.dense.data(), lw.post_ffw_norm_1.data(), n, buf_.dense.data());
+
+  // Each row's experts added with their weights, in expert order.
+  for (int e : used) {
+    for (size_t r = 0; r < rows_of[e].size(); ++r) {
+      float* acc = &buf_.expert_sum[size_t(rows_of[e][r].first) * d];
+      const float* y = &buf_.ex_y[(offset[e] + r) * d];
+      const float wgt = rows_of[e][r].second;
       for (int j = 0; j < d; ++j) acc[j] += wgt * y[j];
     }
   }

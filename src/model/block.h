@@ -26,10 +26,15 @@ class ThreadPool;
 using MatmulHook =
     std::function<void(const MatmulTarget* targets, int count, const float* x, int rows, int ldx)>;
 
+// Runs independent products at one barrier (matmul_group): a mixture-of-experts layer's experts.
+using MatmulGroupHook = std::function<void(const MatmulJob* jobs, int count)>;
+
 // The products of `targets` on x: merged into one call (one quantization of x, one barrier) when
 // there are several. Returns the multiply-adds done.
 double run_products(const MatmulTarget* targets, int count, const float* x, int rows, int ldx,
                     ThreadPool* pool);
+// The jobs through matmul_group. Returns the multiply-adds done.
+double run_group(const MatmulJob* jobs, int count, ThreadPool* pool);
 
 // A layer's intermediates, kept by the caller so that they are sized once.
 struct BlockBuffers {
@@ -39,7 +44,8 @@ struct BlockBuffers {
   std::vector<float> o;              // [n, d] a branch's output before its residual add
   std::vector<float> gate, up, act;  // [n, n_ff] MLP
   // Mixture of experts: the dense branch, the router's input and logits, the experts' input and sum,
-  // and one expert's rows gathered (input, gate|up, activation, output).
+  // and every used expert's rows gathered one expert after the other (input, gate|up, activation,
+  // output).
   std::vector<float> dense, router_in, router_logits, expert_in, expert_sum;
   std::vector<float> ex_x, ex_gu, ex_act, ex_y;
   // Room for n rows of every layer of c (no-op once large enough).
@@ -63,7 +69,7 @@ class DecoderBlock {
  public:
   // Holds references only: build one per call of the stack (the hook may point into its owner).
   DecoderBlock(const ModelConfig& c, const ModelWeights& w, ThreadPool* pool, MatmulHook matmul,
-               BlockBuffers& buf);
+               MatmulGroupHook group, BlockBuffers& buf);
 
   // y = rmsnorm(x, w) row by row (x, y: [n, d]; may be the same buffer).
   void norm_rows(const float* x, const float* w, int n, float* y) const;
@@ -83,7 +89,8 @@ class DecoderBlock {
   // formula). The router: softmax over every expert of W_router (rmsnorm(h) / sqrt(d) * router_scale),
   // the top n_expert_used (lower id first on ties), their weights renormalised to sum 1 and scaled by
   // expert_scale. Each expert runs once on all the rows that picked it (one product per expert per
-  // micro-batch, reading only the experts some row uses).
+  // micro-batch, reading only the experts some row uses), all experts' gate|up products at one
+  // barrier (with the dense branch's down product), then all their down products at another.
   void moe_mlp(int l, bool exact_gelu, float* h, int n) const;
   // Step 17: h *= layer_scalar (the whole residual stream).
   void scale(int l, float* h, int n) const;
@@ -96,6 +103,7 @@ class DecoderBlock {
   const ModelWeights& w_;
   ThreadPool* pool_;
   MatmulHook matmul_;
+  MatmulGroupHook group_;
   BlockBuffers& buf_;
 };
 

@@ -66,15 +66,49 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
     macs = run_products(targets, count, x, rows, ldx, pool_);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (int j = 0; j < count; ++j) {
-    const MatrixView& w = targets[j].w;
-    // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
-    // GGUF tensor), else the tensor.
-    stats.weight_bytes += reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+  for (int j = 0; j < count; ++j) count_weight_bytes(targets[j].w);
+  count_product_time(secs, macs, rows > 4 && ggml_block_elems(targets[0].w.type) > 1);
+}
+
+void Forward::matmul_group(const MatmulJob* jobs, int count) {
+  const auto t0 = std::chrono::steady_clock::now();
+  double macs = 0, gemm_macs = 0;
+  if (llama_cols_ > 0 && count > 0 && jobs[0].w.type == GgmlType::F32) {
+    for (int j = 0; j < count; ++j) {
+      const MatmulJob& t = jobs[j];
+      if (t.rows > 0) llama_matmul_f32(t.w, t.x, t.rows, t.ldx, t.y, t.ldy, llama_cols_ >= 2, pool_);
+    }
+  } else {
+    run_group(jobs, count, pool_);
   }
+  for (int j = 0; j < count; ++j) {
+    const MatmulJob& t = jobs[j];
+    if (t.rows <= 0) continue;
+    const double m = double(t.w.in) * double(t.w.out) * double(t.rows);
+    macs += m;
+    if (t.rows > 4 && ggml_block_elems(t.w.type) > 1) gemm_macs += m;
+    count_weight_bytes(t.w);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.matmul_seconds += secs;
   stats.matmul_macs += macs;
-  if (rows > 4 && ggml_block_elems(targets[0].w.type) > 1) {
+  // The GEMM jobs' share of the time, in proportion to their multiply-adds.
+  if (macs > 0 && gemm_macs > 0) {
+    stats.int8_gemm_seconds += secs * gemm_macs / macs;
+    stats.int8_gemm_macs += gemm_macs;
+  }
+}
+
+void Forward::count_weight_bytes(const MatrixView& w) {
+  // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
+  // GGUF tensor), else the tensor.
+  stats.weight_bytes += reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+}
+
+void Forward::count_product_time(double secs, double macs, bool int8_gemm) {
+  stats.matmul_seconds += secs;
+  stats.matmul_macs += macs;
+  if (int8_gemm) {
     stats.int8_gemm_seconds += secs;
     stats.int8_gemm_macs += macs;
   }
@@ -82,7 +116,8 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
 
 // Built per micro-batch: its hook points at this Forward, which its owner may have moved since.
 DecoderBlock Forward::block() {
-  return DecoderBlock(c_, w_, pool_, std::bind_front(&Forward::matmul_shared, this), buf_);
+  return DecoderBlock(c_, w_, pool_, std::bind_front(&Forward::matmul_shared, this),
+                      std::bind_front(&Forward::matmul_group, this), buf_);
 }
 
 void Forward::run(const Batch& batch, KvCache& kv, ForwardOutputs& out) {

@@ -69,6 +69,10 @@ class Forward {
   void matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy);
   // Products sharing the input x (matmul_shared_input), timed and counted as one.
   void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
+  // Independent products at one barrier (matmul_group), timed as one and counted per job.
+  void matmul_group(const MatmulJob* jobs, int count);
+  void count_weight_bytes(const MatrixView& w);
+  void count_product_time(double secs, double macs, bool int8_gemm);
 
   const Model& model_;
   const ModelConfig& c_;
