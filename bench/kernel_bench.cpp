@@ -165,6 +165,67 @@ void BM_SharedInput(benchmark::State& state, GgmlType type, int64_t in, std::vec
   state.SetLabel(std::string(isa_name(active_isa())) + (targets[0].w.packed ? " packed" : ""));
 }
 
+// Decode of a 26B-A4B MoE layer's experts (Q4_0, packed as after loading): 8 of 128 experts per
+// token, a different random 8 each iteration, gate|up (1408 x 2816) then down (2816 x 704). `how`:
+// 0 = matmul_group (two barriers), 1 = one matmul call per product (sixteen), 2 = the same bytes as
+// two single products of 8 x 1408 x 2816 and 8 x (2816 x 704) laid out contiguously: the streaming
+// ideal. 128 experts (425 MiB) come from DRAM. GB/s: the weight bytes read per second.
+void BM_MoeExperts(benchmark::State& state, int how) {
+  constexpr int64_t d = 2816, fe = 704, E = 128, K = 8;
+  // E copies of each matrix, packed: the experts; and the contiguous layouts, cycled through copies.
+  static std::unique_ptr<BenchWeights> gu_all, down_all, wide_gu, wide_down;
+  if (!gu_all) {
+    auto experts = [&](int64_t out, int64_t in) {
+      auto w = make_weights(GgmlType::Q4_0, out, in, false);
+      const std::vector<uint8_t> one = w->data;
+      w->copies = int(E);
+      w->data.resize(one.size() * E);
+      for (int64_t c = 0; c < E; ++c) std::copy(one.begin(), one.end(), w->data.begin() + c * one.size());
+      for (int c = 0; c < int(E); ++c) w->packed_view(c);
+      return w;
+    };
+    gu_all = experts(2 * fe, d);
+    down_all = experts(d, fe);
+    wide_gu = make_weights(GgmlType::Q4_0, K * 2 * fe, d, true);
+    wide_gu->packed_view(0);
+    wide_down = make_weights(GgmlType::Q4_0, d, K * fe, true);
+    wide_down->packed_view(0);
+  }
+  std::vector<float> x(d, 0.5f), gu(K * 2 * fe), act(K * fe, 0.25f), y(K * d);
+  std::mt19937 rng(9);
+  int copy = 0;
+  const double bytes = double(K) * double(gu_all->matrix_bytes + down_all->matrix_bytes);
+  std::vector<MatmulJob> jobs;
+  auto run = [&](int n) {
+    if (how == 0) {
+      matmul_group(jobs.data(), n, &pool2());
+    } else {
+      for (const MatmulJob& j : jobs) matmul(j.w, j.x, 1, j.ldx, j.y, j.ldy, &pool2());
+    }
+  };
+  for (auto _ : state) {
+    if (how == 2) {
+      matmul(wide_gu->packed_views[copy % wide_gu->copies], x.data(), 1, d, gu.data(), K * 2 * fe, &pool2());
+      matmul(wide_down->packed_views[copy % wide_down->copies], act.data(), 1, K * fe, y.data(), d, &pool2());
+      copy++;
+    } else {
+      int picked[K];
+      for (int k = 0; k < K; ++k) picked[k] = int(rng() % E);
+      jobs.clear();
+      for (int k = 0; k < K; ++k)
+        jobs.push_back({gu_all->packed_views[picked[k]], x.data(), 1, d, gu.data() + k * 2 * fe, 2 * fe});
+      run(K);
+      jobs.clear();
+      for (int k = 0; k < K; ++k)
+        jobs.push_back({down_all->packed_views[picked[k]], act.data() + k * fe, 1, fe, y.data() + k * d, d});
+      run(K);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(isa_name(active_isa())) + (gu_all->packed_views[0].packed ? " packed" : ""));
+}
+
 void BM_MatmulReference(benchmark::State& state) {
   const int64_t in = 256, out = 256, rows = 16;
   const BenchWeights& w = weights(GgmlType::Q8_0, out, in, false);
@@ -254,6 +315,16 @@ void register_all() {
     for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16}}) {
       register_matmul("E2B_ffn_up_wide/rows:" + std::to_string(rows) + "/threads:1", t, 1536, 12288, rows, 1, 0.2);
     }
+  }
+  // A 26B-A4B layer's experts at decode: grouped, one call each, and the same bytes contiguous.
+  const char* moe_names[3] = {"q4_0_packed/moe_experts/grouped", "q4_0_packed/moe_experts/separate",
+                              "q4_0_packed/moe_experts/contiguous"};
+  for (int how = 0; how < 3; ++how) {
+    benchmark::RegisterBenchmark((std::string(moe_names[how]) + "/rows:1/threads:2").c_str(), BM_MoeExperts,
+                                 how)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
   }
   benchmark::RegisterBenchmark("reference/Q8_0/256x256/rows:16", BM_MatmulReference)
       ->Unit(benchmark::kMillisecond)

@@ -180,8 +180,8 @@ TEST_P(FamilySpec, AssistantReadsTheLastKvLayersAndSpeculationIsPlainGreedy) {
           EXPECT_GT(r.stats.accepted * 5, r.stats.drafted) << name << " prompt " << p;
         }
         if (p == 0)
-          std::printf("[ family spec ] %s %s draft-max %d: accepted %lld of %lld\n", name.c_str(), kind, draft_max,
-                      (long long)r.stats.accepted, (long long)r.stats.drafted);
+          std::printf("[ family spec ] %s %s draft-max %d: accepted %lld of %lld\n", name.c_str(), kind,
+                      draft_max, (long long)r.stats.accepted, (long long)r.stats.drafted);
       }
     }
     s.speculate(nullptr, SpecOptions{});

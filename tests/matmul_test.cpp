@@ -690,15 +690,18 @@ TEST(Matmul, GroupMatchesSeparateCalls) {
   for (GgmlType t : kAllTypes) {
     const int64_t be = ggml_block_elems(t);
     const int64_t in = be == 256 ? 512 : 17 * 32;
-    const Weights wa = make_weights(t, 160, in, 11), wb = make_weights(t, 70, in, 12), wc = make_weights(t, 256, in, 13);
+    const Weights wa = make_weights(t, 160, in, 11), wb = make_weights(t, 70, in, 12),
+                  wc = make_weights(t, 256, in, 13);
     const Weights other = make_weights(GgmlType::F16, 40, in, 14);
     const int64_t rows_of[4] = {1, 0, 7, 2};
     std::vector<std::vector<float>> xs;
-    for (int j = 0; j < 4; ++j) xs.push_back(make_activations(std::max<int64_t>(rows_of[j], 1), in, in + 5, uint32_t(20 + j)));
+    for (int j = 0; j < 4; ++j)
+      xs.push_back(make_activations(std::max<int64_t>(rows_of[j], 1), in, in + 5, uint32_t(20 + j)));
     for (Isa isa : isas) {
       IsaOverride o(isa);
       for (size_t variant = 0; variant < wa.views(isa).size(); ++variant) {
-        const MatrixView ws[4] = {wa.views(isa)[variant], wb.views(isa)[variant], wc.views(isa)[variant], other.view()};
+        const MatrixView ws[4] = {wa.views(isa)[variant], wb.views(isa)[variant], wc.views(isa)[variant],
+                                  other.view()};
         for (const bool decode : {true, false}) {
           std::vector<MatmulJob> jobs;
           std::vector<std::vector<float>> ys;
@@ -715,8 +718,9 @@ TEST(Matmul, GroupMatchesSeparateCalls) {
             std::vector<float> want(std::max<int64_t>(job.rows, 1) * job.ldy, kSentinel);
             matmul(job.w, job.x, job.rows, job.ldx, want.data(), job.ldy, nullptr);
             ASSERT_EQ(0, std::memcmp(want.data(), job.y, want.size() * sizeof(float)))
-                << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << job.rows << " out=" << job.w.out
-                << (job.w.packed ? " packed" : "") << (decode ? " decode" : " prefill");
+                << ggml_type_name(t) << " isa=" << isa_name(isa) << " rows=" << job.rows
+                << " out=" << job.w.out << (job.w.packed ? " packed" : "")
+                << (decode ? " decode" : " prefill");
           }
         }
       }

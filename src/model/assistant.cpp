@@ -127,7 +127,9 @@ void Assistant::matmul_shared(const MatmulTarget* targets, int count, const floa
   matmul_macs += run_products(targets, count, x, rows, ldx, pool_);
 }
 
-void Assistant::matmul_group(const MatmulJob* jobs, int count) { matmul_macs += run_group(jobs, count, pool_); }
+void Assistant::matmul_group(const MatmulJob* jobs, int count) {
+  matmul_macs += run_group(jobs, count, pool_);
+}
 
 void Assistant::matmul(const MatrixView& w, const float* x, int rows, int ldx, float* y, int ldy) {
   const MatmulTarget target{w, y, ldy};

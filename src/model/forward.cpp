@@ -102,7 +102,8 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
 void Forward::count_weight_bytes(const MatrixView& w) {
   // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
   // GGUF tensor), else the tensor.
-  stats.weight_bytes += reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+  stats.weight_bytes +=
+      reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
 }
 
 void Forward::count_product_time(double secs, double macs, bool int8_gemm) {
