@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -210,14 +211,62 @@ TEST(FamilyLoader, MissingOrMisshapenExpertTensorsAreNamed) {
         << e;
   }
   {
-    // llama.cpp also accepts separate gate/up expert tensors; gem4 says it does not read them yet.
+    // Only one of the separate pair: the missing one is named.
     TensorTable t = l.tensors;
-    t["blk.0.ffn_gate_exps.weight"] = t.at("blk.0.ffn_gate_up_exps.weight");
+    t["blk.0.ffn_gate_exps.weight"] = t.at("blk.0.ffn_down_exps.weight");
+    t.at("blk.0.ffn_gate_exps.weight").ne = {128, 32, 8};
     t.erase("blk.0.ffn_gate_up_exps.weight");
     const std::string e = bind_error(l, l.config, t);
-    EXPECT_NE(e.find("blk.0.ffn_gate_exps.weight': separate gate/up expert tensors are not supported yet"),
+    EXPECT_NE(e.find("tensor 'blk.0.ffn_up_exps.weight': missing (expected shape [128, 32, 8])"),
               std::string::npos)
         << e;
+  }
+  {
+    // Both forms in one layer.
+    TensorTable t = l.tensors;
+    t["blk.1.ffn_up_exps.weight"] = t.at("blk.1.ffn_down_exps.weight");
+    const std::string e = bind_error(l, l.config, t);
+    EXPECT_NE(e.find("blk.1.ffn_up_exps.weight': beside ffn_gate_up_exps"), std::string::npos) << e;
+  }
+}
+
+// llama.cpp reads separate ffn_gate_exps / ffn_up_exps as well as the merged tensor its converter
+// writes. Each expert's gate rows and up rows of the merged tensor, split into the two, give the
+// merged file's logits bit for bit (F32 and Q8_0, one-shot and in micro-batches of 3).
+TEST(FamilyLoader, SeparateGateAndUpExpertsGiveTheMergedLogits) {
+  ThreadPool pool(2);
+  std::vector<int32_t> ids = {2};
+  for (int i = 1; i < 24; ++i) ids.push_back(int32_t(7 + (i * 53) % 1000));
+  for (const char* rel :
+       {"llamacpp-ref-family/gemma4-tiny-moe-f32.gguf", "llamacpp-ref-family/gemma4-tiny-moe-q8_0.gguf"}) {
+    Loaded l = open_file(rel);
+    TensorTable t = l.tensors;
+    std::vector<std::vector<uint8_t>> bytes;  // the split tensors
+    bytes.reserve(size_t(2 * l.config.n_layer));
+    for (int layer = 0; layer < l.config.n_layer; ++layer) {
+      const std::string p = "blk." + std::to_string(layer) + ".";
+      const TensorRef merged = t.at(p + "ffn_gate_up_exps.weight");
+      const int64_t in = merged.ne[0], fe = merged.ne[1] / 2, E = merged.ne[2];
+      const size_t row = ggml_row_bytes(merged.type, in);
+      for (int half = 0; half < 2; ++half) {
+        std::vector<uint8_t>& b = bytes.emplace_back(size_t(E * fe) * row);
+        for (int64_t e = 0; e < E; ++e)
+          std::memcpy(b.data() + size_t(e * fe) * row, merged.data + size_t(e * 2 * fe + half * fe) * row,
+                      size_t(fe) * row);
+        t[p + (half ? "ffn_up_exps.weight" : "ffn_gate_exps.weight")] = {
+            merged.type, {in, fe, E}, b.data(), b.size()};
+      }
+      t.erase(p + "ffn_gate_up_exps.weight");
+    }
+    auto split = Model::from_memory(gguf::GgufFile::open(testdata(rel)), std::move(t), nullptr);
+    auto whole = Model::load(testdata(rel));
+    ASSERT_FALSE(split->weights.layers[0].expert_gate.empty());
+    ASSERT_TRUE(split->weights.layers[0].expert_gate_up.empty());
+    for (int ub : {512, 3}) {
+      const auto a = run_all(*whole, ids, ub, &pool), b = run_all(*split, ids, ub, &pool);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << rel << " ubatch " << ub;
+    }
   }
 }
 

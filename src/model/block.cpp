@@ -181,11 +181,18 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
     gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
   });
   std::vector<MatmulJob> jobs;
-  jobs.reserve(used.size() + 1);
+  jobs.reserve(2 * used.size() + 1);
   jobs.push_back({lw.ffn_down, buf_.act.data(), n, ff, buf_.dense.data(), d});
   for (int e : used) {
-    jobs.push_back({lw.expert_gate_up[e], &buf_.ex_x[size_t(offset[e]) * d], int64_t(rows_of[e].size()), d,
-                    &buf_.ex_gu[size_t(offset[e]) * 2 * fe], 2 * fe});
+    const float* x = &buf_.ex_x[size_t(offset[e]) * d];
+    float* gu = &buf_.ex_gu[size_t(offset[e]) * 2 * fe];
+    const int64_t m = int64_t(rows_of[e].size());
+    if (!lw.expert_gate_up.empty()) {
+      jobs.push_back({lw.expert_gate_up[e], x, m, d, gu, 2 * fe});
+    } else {  // separate tensors: gate into the first half of each row, up into the second
+      jobs.push_back({lw.expert_gate[e], x, m, d, gu, 2 * fe});
+      jobs.push_back({lw.expert_up[e], x, m, d, gu + fe, 2 * fe});
+    }
   }
   group_(jobs.data(), int(jobs.size()));
   parallel_for(pool_, int64_t(total), 4, [&](int64_t b, int64_t e, int) {

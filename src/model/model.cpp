@@ -30,6 +30,8 @@ void for_each_matrix(ModelWeights& w, Fn&& fn) {
       fn(*m);
     }
     for (MatrixView& m : l.expert_gate_up) fn(m);
+    for (MatrixView& m : l.expert_gate) fn(m);
+    for (MatrixView& m : l.expert_up) fn(m);
     for (MatrixView& m : l.expert_down) fn(m);
   }
 }

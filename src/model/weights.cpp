@@ -210,11 +210,20 @@ ModelWeights ModelWeights::bind(const ModelConfig& c, const TensorTable& t, cons
       lw.post_ffw_norm_2 = b.vec(p + "post_ffw_norm_2.weight", d);
       lw.router = b.matrix(p + "ffn_gate_inp.weight", d, E);
       lw.router_scale = b.vec(p + "ffn_gate_inp.scale", d);
-      if (!b.find(p + "ffn_gate_up_exps.weight") && b.find(p + "ffn_gate_exps.weight"))
-        throw b.error(p + "ffn_gate_exps.weight",
-                      "separate gate/up expert tensors are not supported yet; gem4 reads the merged "
-                      "ffn_gate_up_exps that llama.cpp's converter writes");
-      lw.expert_gate_up = b.experts(p + "ffn_gate_up_exps.weight", d, 2 * fe, E);
+      // The merged gate|up tensor llama.cpp's converter writes, or (as llama.cpp also reads) separate
+      // gate and up tensors; a file with both, or with one of the separate pair only, is refused.
+      const bool merged = b.find(p + "ffn_gate_up_exps.weight");
+      const bool gate = b.find(p + "ffn_gate_exps.weight"), up = b.find(p + "ffn_up_exps.weight");
+      if (merged && (gate || up))
+        throw b.error(
+            p + (gate ? "ffn_gate_exps.weight" : "ffn_up_exps.weight"),
+            "beside ffn_gate_up_exps: a layer has either the merged gate|up experts or separate ones");
+      if (merged || !(gate || up)) {
+        lw.expert_gate_up = b.experts(p + "ffn_gate_up_exps.weight", d, 2 * fe, E);
+      } else {
+        lw.expert_gate = b.experts(p + "ffn_gate_exps.weight", d, fe, E);
+        lw.expert_up = b.experts(p + "ffn_up_exps.weight", d, fe, E);
+      }
       lw.expert_down = b.experts(p + "ffn_down_exps.weight", fe, d, E);
       lw.expert_scale = b.vec(p + "ffn_down_exps.scale", E);
     }

@@ -47,6 +47,9 @@ struct LayerWeights {
   MatrixView router;                        // d -> n_expert (ffn_gate_inp)
   std::vector<float> router_scale;          // [d] (ffn_gate_inp.scale)
   std::vector<MatrixView> expert_gate_up;   // per expert: d -> 2*n_ff_exp, the gate rows then the up rows
+  // Files with separate ffn_gate_exps / ffn_up_exps (llama.cpp reads both forms): per expert d -> n_ff_exp
+  // each, and expert_gate_up empty.
+  std::vector<MatrixView> expert_gate, expert_up;
   std::vector<MatrixView> expert_down;      // per expert: n_ff_exp -> d
   std::vector<float> expert_scale;          // [n_expert] (ffn_down_exps.scale, HF per_expert_scale)
   MatrixView ple_inp_gate;                  // d -> P   (PLE models)
