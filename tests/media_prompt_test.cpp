@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "generate/session.h"
 #include "kernels/thread_pool.h"
@@ -172,6 +173,69 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
   auto bad = media_of(e1);
   bad[0].count = 47;
   EXPECT_THROW(s.set_tokens(ids, bad), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace gem4
+
+namespace gem4 {
+namespace {
+
+// The prefix store with media in the history: chunks are keyed on the media's content, so a prompt
+// whose sliding rings have moved past the image resumes after it from the store when the image is the
+// same (and gives a fresh session's logits), and not when another image sits at the same place with
+// the same token ids. Text before the first image is shared either way.
+TEST(MediaPrompt, PrefixStoreResumesPastTheSameImageOnly) {
+  const nlohmann::json info = test::mtmd_info("vision__img1-rgba-320x240");
+  auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
+  const int d = model->config.d_model, V = int(model->weights.token_embd.out);
+  auto e1 =
+      std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/embd.f32")));
+  auto e2 =
+      std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img2-photo-200x300/embd.f32")));
+  std::vector<int32_t> head;
+  for (const BatchRow& r : test::mtmd_prompt(info, *e1, d, false, 0)) head.push_back(r.token);
+  auto span_of = [&](const std::shared_ptr<std::vector<float>>& e) {
+    generate::MediaSpan m;
+    m.first = 7;
+    m.count = 48;
+    m.bidirectional = true;
+    m.embd = e;
+    m.hash = generate::media_hash(*e);
+    return std::vector<generate::MediaSpan>{m};
+  };
+  auto with_tail = [&](int n, uint32_t seed) {
+    std::vector<int32_t> t = head;
+    std::mt19937 rng(seed);
+    for (int i = 0; i < n; ++i) t.push_back(int32_t(10 + rng() % uint32_t(V - 10)));
+    return t;
+  };
+  SessionOptions opt;
+  opt.n_ctx = 512;
+  opt.ubatch = 64;
+  opt.kv_type = KvType::F32;
+  opt.prefix_store_bytes = 64u << 20;
+  SessionOptions fresh_opt = opt;
+  fresh_opt.prefix_store_bytes = 0;
+  const int C = 16, shared = int(head.size());
+  const auto a = with_tail(260, 1), b = with_tail(30, 2);
+
+  Session s(*model, nullptr, opt);
+  s.set_tokens(a, span_of(e1));
+  ASSERT_FALSE(s.kv().can_truncate(0, shared)) << "the rings must have moved past the shared prefix";
+  // The same image: resumed at the last chunk boundary of the shared prefix, past the image.
+  EXPECT_EQ(s.set_tokens(b, span_of(e1)), int(b.size()) - shared / C * C);
+  Session fresh(*model, nullptr, fresh_opt);
+  fresh.set_tokens(b, span_of(e1));
+  EXPECT_LE(test::max_abs_diff(s.logits(), fresh.logits(), V), 1e-5);
+  EXPECT_EQ(s.store()->stats().restores, 1);
+
+  // Another image, the same token ids: nothing after the text before it comes from the store.
+  s.set_tokens(a, span_of(e1));
+  EXPECT_EQ(s.set_tokens(b, span_of(e2)), int(b.size()) - 7 / C * C);
+  Session fresh2(*model, nullptr, fresh_opt);
+  fresh2.set_tokens(b, span_of(e2));
+  EXPECT_LE(test::max_abs_diff(s.logits(), fresh2.logits(), V), 1e-5);
 }
 
 }  // namespace

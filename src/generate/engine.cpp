@@ -75,24 +75,30 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt, std::
         media_common_prefix(o->media, media, std::min(common_prefix(o->cached(), o->n_cached, prompt), limit));
     if (c > info.reused && kv_.can_truncate(o->id, c)) info = {c, PrefixSource::OtherSequence, 0}, donor = o;
   }
-  // 3. Chunks in memory, then 4. chunks on disk (loaded into the store, then restored from it).
+  // 3. Chunks in memory (keyed on the media too), then 4. chunks on disk (loaded into the store, then
+  // restored from it; the disk keys on token ids only, so it serves the text before the first media).
   int from_store = 0;
-  if (store_ && first_media_position(media) >= limit) {
+  const std::vector<int32_t> keyed =
+      media.empty() ? std::vector<int32_t>() : media_keyed_tokens(prompt, media);
+  const std::vector<int32_t>& key = media.empty() ? prompt : keyed;
+  if (store_) {
     const int C = store_->chunk_tokens();
-    if (info.reused / C < limit / C) from_store = store_->resumable(kv_, seq.id, prompt, limit, held);
-    if (disk_ && from_store / C < limit / C && (info.reused / C) < limit / C) {
+    const int disk_limit = std::min(limit, first_media_position(media));
+    if (info.reused / C < limit / C) from_store = store_->resumable(kv_, seq.id, key, limit, held);
+    if (disk_ && from_store / C < disk_limit / C && (info.reused / C) < disk_limit / C) {
       const int best = std::max(from_store, info.reused);
       // Only an entry that gives more than the memory already does is read.
       const int n = disk_->load(
-          prompt, limit / C, [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); }, nullptr, best / C);
+          prompt, disk_limit / C, [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); },
+          nullptr, best / C);
       if (n * C > best) {
-        const int p = store_->resumable(kv_, seq.id, prompt, limit, held);
+        const int p = store_->resumable(kv_, seq.id, key, limit, held);
         if (p > from_store) from_store = p, info.disk_tokens = p;
       }
     }
   }
   if (from_store > info.reused) {
-    store_->restore(kv_, seq.id, prompt, from_store, held);
+    store_->restore(kv_, seq.id, key, from_store, held);
     info.reused = from_store;
     info.source = info.disk_tokens > 0 ? PrefixSource::Disk : PrefixSource::Store;
   } else if (info.source == PrefixSource::OtherSequence) {
@@ -168,7 +174,7 @@ void Engine::prefill(Sequence& seq) {
 void Engine::save_prompt(const Sequence& seq, int n_prompt) {
   if (!disk_ || !store_) return;
   const int C = store_->chunk_tokens();
-  const int n = std::min(n_prompt, seq.n_cached) / C;
+  const int n = std::min({n_prompt, seq.n_cached, first_media_position(seq.media)}) / C;
   // Whole chunks present in the store, from the first.
   const std::vector<int32_t> prefix(seq.tokens.begin(),
                                     seq.tokens.begin() + std::min<size_t>(seq.tokens.size(), size_t(n) * C));
@@ -269,8 +275,8 @@ void Engine::step(std::span<Sequence* const> decoding, Sequence* prefill, int pr
     const int before = s.n_cached;
     s.n_cached += prefill_rows;
     s.emitted.clear();
-    // The store keys chunks on token ids, which do not tell media apart: nothing recorded with media.
-    if (store_ && s.media.empty()) store_->record(kv_, s.id, s.tokens, before);
+    if (store_)
+      store_->record(kv_, s.id, s.media.empty() ? s.tokens : media_keyed_tokens(s.tokens, s.media), before);
     if (pre_ends) {
       const int row = pre_first + prefill_rows - 1;
       const float* logits = out_.logits_of(row);
@@ -356,7 +362,8 @@ void Engine::accept_verify(Sequence& s, int first_row, int n, double draft_s, do
     const float* h = out_.hidden_of(first_row + a);
     s.hidden.assign(h, h + out_.d_model);
   }
-  if (store_ && s.media.empty()) store_->record(kv_, s.id, s.tokens, n - 1);
+  if (store_)
+    store_->record(kv_, s.id, s.media.empty() ? s.tokens : media_keyed_tokens(s.tokens, s.media), n - 1);
   s.length().record(kd, a, draft_s, verify_s);
   s.stats.rounds++;
   s.stats.drafted += kd;

@@ -27,6 +27,21 @@ int media_common_prefix(const std::vector<MediaSpan>& cached, const std::vector<
   return n;
 }
 
+std::vector<int32_t> media_keyed_tokens(const std::vector<int32_t>& tokens,
+                                        const std::vector<MediaSpan>& spans) {
+  std::vector<int32_t> keyed = tokens;
+  for (const MediaSpan& s : spans) {
+    for (int i = 0; i < s.count && s.first + i < int(keyed.size()); ++i) {
+      uint64_t h = s.hash ^ (uint64_t(uint32_t(s.first)) << 32) ^ uint64_t(uint32_t(i)) ^
+                   (s.bidirectional ? 1ull << 63 : 0);
+      // splitmix64's finaliser: neighbouring indices give unrelated ids.
+      h ^= h >> 30, h *= 0xbf58476d1ce4e5b9ULL, h ^= h >> 27, h *= 0x94d049bb133111ebULL, h ^= h >> 31;
+      keyed[size_t(s.first + i)] = int32_t(uint32_t(h) | 0x80000000u);
+    }
+  }
+  return keyed;
+}
+
 int first_media_position(const std::vector<MediaSpan>& spans) {
   int f = INT_MAX;
   for (const MediaSpan& s : spans) f = std::min(f, s.first);
