@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "gguf/gguf.h"
+#include "isa_override.h"
+#include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
 #include "model/config.h"
 #include "model/forward.h"
@@ -85,6 +87,19 @@ TEST(GeneratedFamily, Preset26BA4BHasTheRealDimensions) {
   EXPECT_EQ(k.at("blk.0.ffn_down_exps.weight")->type, GgmlType::Q5_0);
   EXPECT_EQ(k.at("blk.0.ffn_down.weight")->type, GgmlType::Q5_0);
   EXPECT_EQ(k.at("blk.0.ffn_gate_up_exps.weight")->type, GgmlType::Q4_K);
+  // llama-quantize's Q4_K_M: the ffn_down tensors (dense and experts) of the layers use_more_bits picks
+  // in Q6_K, which these 2112- and 704-wide rows turn into Q8_0; the others Q4_K, here Q5_0.
+  GeneratorSpec km;
+  km.preset = "26b-a4b";
+  ASSERT_TRUE(parse_generated_type("q4_k_m", &km));
+  std::map<std::string, const GeneratedLayout::Tensor*> mix;
+  const auto km_layout = describe_generated_model(km);
+  for (const auto& x : km_layout.tensors) mix[x.name] = &x;
+  EXPECT_EQ(mix.at("blk.0.ffn_down_exps.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(mix.at("blk.0.ffn_down.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(mix.at("blk.3.ffn_down_exps.weight")->type, GgmlType::Q5_0);
+  EXPECT_EQ(mix.at("blk.5.ffn_down_exps.weight")->type, GgmlType::Q8_0);  // (5 - 3) % 3 == 2
+  EXPECT_EQ(mix.at("blk.3.ffn_gate_up_exps.weight")->type, GgmlType::Q4_K);
 }
 
 // 60 layers of d 5376, 32 heads, KV heads 16 / 4, FFN 21504; 833 tensors (3 + 50 x 14 + 10 x 13, the
@@ -197,6 +212,74 @@ TEST(GeneratedFamily, TinyPresetsLoadRunAndChunkedEqualsOneShot) {
         f.run({{next, int32_t(ids.size()) + k, 0, true, false}}, kv, out);
         ASSERT_EQ(out.logits.size(), 1024u);
       }
+    }
+  }
+}
+
+// Quantized experts of the K-quant types and llama-quantize's Q4_K_M mix (small-moe: the experts keep
+// their K-quant type, 256 wide), on every kernel set the machine has: the SIMD sets' 8-bit activation
+// arithmetic is close to the Scalar set's f32 one (the reference semantics), and micro-batches of 7
+// give the one-shot logits.
+TEST(GeneratedFamily, KQuantExpertsOnEveryKernelSet) {
+  ThreadPool pool(2);
+  std::vector<int32_t> ids = {2};
+  for (int i = 1; i < 40; ++i) ids.push_back(int32_t(7 + (i * 37) % 1000));
+  for (const char* type : {"q4_k", "q5_k", "q6_k", "q4_k_m"}) {
+    SCOPED_TRACE(type);
+    GeneratorSpec spec;
+    spec.preset = "small-moe";
+    ASSERT_TRUE(parse_generated_type(type, &spec));
+    auto m = generate_model(spec, &pool);
+    const LayerWeights& l0 = m->weights.layers[0];
+    ASSERT_EQ(m->config.n_expert, 16);
+    EXPECT_TRUE(l0.expert_gate_up[0].type == GgmlType::Q4_K || l0.expert_gate_up[0].type == GgmlType::Q5_K ||
+                l0.expert_gate_up[0].type == GgmlType::Q6_K)
+        << ggml_type_name(l0.expert_gate_up[0].type);
+    if (spec.q4_k_m) {
+      EXPECT_EQ(m->weights.layers[3].expert_down[0].type, GgmlType::Q6_K)
+          << "use_more_bits picks the last layer";
+      EXPECT_EQ(l0.expert_down[0].type, GgmlType::Q4_K);
+    }
+    std::vector<float> scalar, first_simd;
+    {
+      test::IsaOverride o(Isa::Scalar);
+      scalar = run_all(*m, ids, 512, &pool);
+    }
+    // Per position: the NMSE of its logits against another run's.
+    auto nmse_rows = [&](const std::vector<float>& a, const std::vector<float>& b) {
+      const size_t V = 1024;
+      std::vector<double> r;
+      for (size_t p = 0; p * V < a.size(); ++p) {
+        double err = 0, ref = 0;
+        for (size_t i = p * V; i < (p + 1) * V; ++i)
+          err += double(a[i] - b[i]) * (a[i] - b[i]), ref += double(b[i]) * b[i];
+        r.push_back(err / ref);
+      }
+      std::sort(r.begin(), r.end());
+      return r;
+    };
+    for (Isa isa : kAllIsas) {
+      if (!isa_supported(isa) || isa == Isa::Scalar) continue;
+      test::IsaOverride o(isa);
+      const auto one_shot = run_all(*m, ids, 512, &pool);
+      const auto rows = nmse_rows(one_shot, scalar);
+      // The Scalar set multiplies K-quant weights by f32 activations, the SIMD sets by Q8_K ones. This
+      // random 4-layer MoE amplifies that to a median per-position NMSE of 3e-3..1.3e-2 (more where a
+      // router near-tie picks another expert); a wrong expert kernel (scales, mins, sub-block order)
+      // would be far above that.
+      EXPECT_LE(rows[rows.size() / 2], 5e-2)
+          << isa_name(isa) << ": median position NMSE against the scalar set";
+      if (first_simd.empty()) {
+        first_simd = one_shot;
+      } else {  // the SIMD sets share the Q8_K activations: closer to one another (measured <= 4e-4)
+        const auto r = nmse_rows(one_shot, first_simd);
+        EXPECT_LE(r[r.size() / 2], 2e-3)
+            << isa_name(isa) << ": median position NMSE against the first SIMD set";
+      }
+      const auto chunked = run_all(*m, ids, 7, &pool);
+      EXPECT_LE(test::max_abs_diff(chunked.data(), one_shot.data(), one_shot.size()), 1e-3) << isa_name(isa);
+      std::printf("[ k-quant experts ] %s %s: position NMSE vs scalar median %.2e, worst %.2e\n", type,
+                  isa_name(isa), rows[rows.size() / 2], rows.back());
     }
   }
 }

@@ -98,7 +98,8 @@ int cmd_bench(int argc, char** argv, int first) {
   Args a("bench", "Prompt-processing and generation throughput, llama-bench style, with ablations in one run.");
   a.value("-m,--model", "FILE", "GGUF model (default: a model generated in memory)");
   a.value("--preset", "NAME",
-          "in-memory model shape: e2b | e4b | 26b-a4b | 31b | tiny | tiny-moe | tiny-dense31", "e2b");
+          "in-memory model shape: e2b | e4b | 26b-a4b | 31b | tiny | tiny-moe | tiny-dense31 | small-moe",
+          "e2b");
   a.value("--type", "TYPE", "in-memory model weight type (a GGML type, or q4_k_m: llama-quantize's Q4_K/Q6_K mix)", "q8_0");
   a.flag("--pure", "in-memory model: embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize)");
   a.value("-p,--n-prompt", "LIST", "prompt lengths", "512");

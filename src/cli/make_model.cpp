@@ -15,10 +15,11 @@ namespace gem4::cli {
 
 int cmd_make_model(int argc, char** argv, int first) {
   Args a("make-model", "Writes a random-weight Gemma 4 GGUF with the real tensor set of a preset.");
-  a.value("--preset", "NAME",
-          "tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31, or a projector (mmproj) with "
-          "both towers: e2b-mmproj | e4b-mmproj | tiny-mmproj",
-          "tiny");
+  a.value(
+      "--preset", "NAME",
+      "tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31 | small-moe, or a projector (mmproj) with "
+      "both towers: e2b-mmproj | e4b-mmproj | tiny-mmproj",
+      "tiny");
   a.value("--type", "TYPE",
           "type of 2-D weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m "
           "(llama-quantize's mix); projectors: f16 (the default there), bf16, f32, q8_0",

@@ -40,8 +40,13 @@ Shape preset_shape(const std::string& p) {
   if (p == "31b") return {60, 5376, 32, 16, 256, 512, 21504, 0, 1024, 0, 262144, 262144, false, 6, 4, true};
   if (p == "tiny-moe") return {6, 128, 4, 2, 32, 64, 96, 0, 16, 0, 1024, 2048, false, 6, 1, true, 8, 2, 32};
   if (p == "tiny-dense31") return {6, 128, 4, 2, 32, 64, 256, 0, 16, 0, 1024, 2048, false, 6, 1, true};
-  throw std::invalid_argument("--preset: '" + p +
-                              "' is not one of tiny, e2b, e4b, 26b-a4b, 31b, tiny-moe, tiny-dense31");
+  // The MoE layout with rows of whole 256-element super-blocks (width 256, experts 256 wide), so
+  // K-quant files keep K-quant experts (tiny-moe's 32-wide experts fall back to legacy types); 16
+  // experts, since llama-quantize has extra rules for exactly 8.
+  if (p == "small-moe")
+    return {4, 256, 4, 2, 64, 128, 256, 0, 16, 0, 1024, 2048, false, 4, 1, true, 16, 2, 256};
+  throw std::invalid_argument(
+      "--preset: '" + p + "' is not one of tiny, e2b, e4b, 26b-a4b, 31b, tiny-moe, tiny-dense31, small-moe");
 }
 
 uint64_t splitmix(uint64_t x) {
@@ -180,9 +185,22 @@ void add_vocab(gguf::GgufWriter& w, const GeneratorSpec& spec, int& n_vocab) {
 
 constexpr uint32_t kLlamaFileTypeQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
 
+// Rows that are not whole blocks of a type fall back as llama-quantize does: K-quants to the legacy
+// type of about the same size (the 26B-A4B's FFN widths 2112 and 704 are not multiples of 256), the
+// rest to F32.
+GgmlType with_fallback(GgmlType t, int64_t cols) {
+  if (cols % ggml_block_elems(t) == 0) return t;
+  GgmlType fallback = GgmlType::F32;
+  if (t == GgmlType::Q4_K) fallback = GgmlType::Q5_0;
+  if (t == GgmlType::Q5_K) fallback = GgmlType::Q5_1;
+  if (t == GgmlType::Q6_K) fallback = GgmlType::Q8_0;
+  return cols % ggml_block_elems(fallback) == 0 ? fallback : GgmlType::F32;
+}
+
 // llama-quantize's choice for Q4_K_M (llama-quant.cpp, non-Falcon): attn_v tensors (counted in file
-// order) and ffn_down of layer i in Q6_K where use_more_bits(i, n) holds. Tensors that are not
-// Q4_K already (embedding tables, F32 fallbacks) keep their type.
+// order) and the ffn_down tensors of layer i (the dense one and, in a MoE, the experts', whose layer it
+// reads from the name) in Q6_K where use_more_bits(i, n) holds, falling back as above for rows of other
+// widths (Q6_K to Q8_0 where Q4_K went to Q5_0). The other tensors keep the type planned for Q4_K.
 void apply_q4_k_m_mix(std::vector<PlannedTensor>& tensors, int64_t n_layer) {
   auto use_more_bits = [](int64_t i, int64_t n) {
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
@@ -193,15 +211,14 @@ void apply_q4_k_m_mix(std::vector<PlannedTensor>& tensors, int64_t n_layer) {
   int64_t n_v = 0, i_v = 0;
   for (const PlannedTensor& t : tensors) n_v += ends_with(t.name, "attn_v.weight");
   for (PlannedTensor& t : tensors) {
-    if (t.type != GgmlType::Q4_K) {
-      i_v += ends_with(t.name, "attn_v.weight");
-      continue;
-    }
+    // A matrix planned as Q4_K, or as its fallback.
+    const bool q4_k =
+        t.ne.size() >= 2 && t.type == with_fallback(GgmlType::Q4_K, t.ne[0]) && t.type != GgmlType::F32;
     if (ends_with(t.name, "attn_v.weight")) {
-      if (use_more_bits(i_v++, n_v)) t.type = GgmlType::Q6_K;
-    } else if (ends_with(t.name, "ffn_down.weight")) {
+      if (use_more_bits(i_v++, n_v) && q4_k) t.type = with_fallback(GgmlType::Q6_K, t.ne[0]);
+    } else if (q4_k && (ends_with(t.name, "ffn_down.weight") || ends_with(t.name, "ffn_down_exps.weight"))) {
       const int64_t layer = std::stoll(t.name.substr(4));  // "blk.<layer>."
-      if (use_more_bits(layer, n_layer)) t.type = GgmlType::Q6_K;
+      if (use_more_bits(layer, n_layer)) t.type = with_fallback(GgmlType::Q6_K, t.ne[0]);
     }
   }
 }
@@ -263,17 +280,7 @@ GeneratedPlan plan_model(const GeneratorSpec& spec) {
     w.set_u32("general.file_type", *file_type);
   }
 
-  // Rows that are not whole blocks of the type fall back as llama-quantize does: K-quants to the legacy
-  // type of about the same size (the 26B-A4B's FFN widths 2112 and 704 are not multiples of 256), the
-  // rest to F32.
-  auto wtype = [&](int64_t cols) {
-    if (cols % ggml_block_elems(spec.type) == 0) return spec.type;
-    GgmlType fallback = GgmlType::F32;
-    if (spec.type == GgmlType::Q4_K) fallback = GgmlType::Q5_0;
-    if (spec.type == GgmlType::Q5_K) fallback = GgmlType::Q5_1;
-    if (spec.type == GgmlType::Q6_K) fallback = GgmlType::Q8_0;
-    return cols % ggml_block_elems(fallback) == 0 ? fallback : GgmlType::F32;
-  };
+  auto wtype = [&](int64_t cols) { return with_fallback(spec.type, cols); };
   auto add = [&](const std::string& name, std::vector<int64_t> ne, Init init, bool matrix) {
     const GgmlType t = matrix ? wtype(ne[0]) : GgmlType::F32;
     g.tensors.push_back({name, std::move(ne), t, init});

@@ -3,7 +3,8 @@
 // keep the unused K/V tensors of shared layers, as llama.cpp-converted files do); `26b-a4b` (mixture of
 // experts) and `31b` (dense) the real dimensions of the other two (spec 1.4) in the tensor layout of
 // llama.cpp's converter (../shared/testdata/llamacpp-ref-family/README.md), `tiny-moe` and
-// `tiny-dense31` those layouts at that folder's sizes. Weights are drawn so
+// `tiny-dense31` those layouts at that folder's sizes, `small-moe` the MoE layout with rows of whole
+// K-quant super-blocks. Weights are drawn so
 // activations stay in a realistic range: linear weights with variance 1/fan_in, norms near 1.
 #pragma once
 #include <cstdint>
@@ -20,7 +21,7 @@ namespace gem4 {
 class ThreadPool;
 
 struct GeneratorSpec {
-  std::string preset = "tiny";    // tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31
+  std::string preset = "tiny";    // tiny | e2b | e4b | 26b-a4b | 31b | tiny-moe | tiny-dense31 | small-moe
   GgmlType type = GgmlType::F32;  // type of the 2-D weights (1-D tensors stay F32)
   std::string vocab_file;         // copy the tokenizer of this GGUF (its size sets n_vocab)
   int n_vocab = 0;                // synthetic vocabulary size (0: preset default)
