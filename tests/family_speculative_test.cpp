@@ -5,7 +5,7 @@
 // References, none produced by the code under test:
 //  - spec 5.1: an assistant layer reads the target's last KV-owning layer of its own type (llama.cpp's
 //    share callback: n_layer - 2 for sliding, n_layer - 1 for full in these layouts);
-//  - plain greedy decoding, written out here with Session::set_tokens/push and an argmax.
+//  - plain greedy decoding (plain_greedy.h: Session::set_tokens/push and an argmax).
 // Google's assistants for these models are not available here, so the assistant is random (written
 // with GgufWriter in the converter's layout): it proposes poor drafts, which is what exercises the
 // rollback of rejected drafts on every step.
@@ -27,6 +27,7 @@
 #include "kernels/thread_pool.h"
 #include "model/assistant.h"
 #include "model/model.h"
+#include "plain_greedy.h"
 #include "test_util.h"
 
 namespace gem4::generate {
@@ -111,17 +112,7 @@ std::unique_ptr<Model> random_assistant(const Model& target, uint32_t seed) {
   return Model::from_memory(std::move(meta), std::move(table), nullptr);
 }
 
-int32_t argmax(const float* x, int n) { return int32_t(std::max_element(x, x + n) - x); }
-
-std::vector<int32_t> plain_greedy(Session& s, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out;
-  s.set_tokens(prompt);
-  while (true) {
-    out.push_back(argmax(s.logits(), s.n_vocab()));
-    if (int(out.size()) == n) return out;
-    s.push(out.back());
-  }
-}
+using test::plain_greedy;
 
 // The target file, and a copy of it in another type as the classic draft model.
 struct Pair {

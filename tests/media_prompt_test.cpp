@@ -128,6 +128,17 @@ TEST(MediaPrompt, AnImageSpanMovesToTheNextMicroBatch) {
 namespace gem4 {
 namespace {
 
+// The span of the reference prompt's image (img1 or img2: 48 soft tokens after 7 text tokens).
+std::vector<generate::MediaSpan> image_at_7(const std::shared_ptr<std::vector<float>>& e) {
+  generate::MediaSpan m;
+  m.first = 7;
+  m.count = 48;
+  m.bidirectional = true;
+  m.embd = e;
+  m.hash = generate::media_hash(*e);
+  return {m};
+}
+
 // The same prompt through a Session (the engine's prompt chunks and prefix reuse): the image spans of
 // the history, chunks that never split an image, reuse keyed on the image's content.
 TEST(MediaPrompt, SessionChunksAndReusesByContent) {
@@ -141,15 +152,7 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
   const Batch rows = test::mtmd_prompt(info, *e1, d, false, 0);
   std::vector<int32_t> ids;
   for (const BatchRow& r : rows) ids.push_back(r.token);
-  const auto media_of = [&](const std::shared_ptr<std::vector<float>>& e) {
-    generate::MediaSpan m;
-    m.first = 7;
-    m.count = 48;
-    m.bidirectional = true;
-    m.embd = e;
-    m.hash = generate::media_hash(*e);
-    return std::vector<generate::MediaSpan>{m};
-  };
+
   const auto last_ref = test::read_f32(mtmd("dumps/vision__img1-rgba-320x240/logits_last.f32"));
   const ForwardOutputs direct = test::run_prompt(*model, rows, 512, nullptr);
   SessionOptions opt;
@@ -157,20 +160,20 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
   opt.ubatch = 50;  // the first chunk would end inside the image: it ends before it instead
   opt.kv_type = KvType::F32;
   Session s(*model, nullptr, opt);
-  EXPECT_EQ(s.set_tokens(ids, media_of(e1)), int(ids.size()));
+  EXPECT_EQ(s.set_tokens(ids, image_at_7(e1)), int(ids.size()));
   EXPECT_LE(test::max_abs_diff(s.logits(), direct.logits.data(), direct.logits.size()), 1e-4);
   EXPECT_LE(test::max_abs_diff(s.logits(), last_ref.data(), last_ref.size()), kTextBaseline);
   // The same image again: only the last token is recomputed.
-  EXPECT_EQ(s.set_tokens(ids, media_of(e1)), 1);
+  EXPECT_EQ(s.set_tokens(ids, image_at_7(e1)), 1);
   // Another image with the same token ids: everything from the image on is recomputed (all of it when
   // the sliding rings cannot roll back to the image's start).
   const bool rolls_back = s.kv().can_truncate(0, 7);
-  EXPECT_EQ(s.set_tokens(ids, media_of(e2)), int(ids.size()) - (rolls_back ? 7 : 0));
+  EXPECT_EQ(s.set_tokens(ids, image_at_7(e2)), int(ids.size()) - (rolls_back ? 7 : 0));
   const ForwardOutputs other =
       test::run_prompt(*model, test::mtmd_prompt(info, *e2, d, false, 0), 512, nullptr);
   EXPECT_LE(test::max_abs_diff(s.logits(), other.logits.data(), other.logits.size()), 1e-4);
   // A span that does not fit is refused.
-  auto bad = media_of(e1);
+  auto bad = image_at_7(e1);
   bad[0].count = 47;
   EXPECT_THROW(s.set_tokens(ids, bad), std::invalid_argument);
 }
@@ -195,15 +198,7 @@ TEST(MediaPrompt, PrefixStoreResumesPastTheSameImageOnly) {
       std::make_shared<std::vector<float>>(test::read_f32(mtmd("dumps/vision__img2-photo-200x300/embd.f32")));
   std::vector<int32_t> head;
   for (const BatchRow& r : test::mtmd_prompt(info, *e1, d, false, 0)) head.push_back(r.token);
-  auto span_of = [&](const std::shared_ptr<std::vector<float>>& e) {
-    generate::MediaSpan m;
-    m.first = 7;
-    m.count = 48;
-    m.bidirectional = true;
-    m.embd = e;
-    m.hash = generate::media_hash(*e);
-    return std::vector<generate::MediaSpan>{m};
-  };
+
   auto with_tail = [&](int n, uint32_t seed) {
     std::vector<int32_t> t = head;
     std::mt19937 rng(seed);
@@ -221,20 +216,20 @@ TEST(MediaPrompt, PrefixStoreResumesPastTheSameImageOnly) {
   const auto a = with_tail(260, 1), b = with_tail(30, 2);
 
   Session s(*model, nullptr, opt);
-  s.set_tokens(a, span_of(e1));
+  s.set_tokens(a, image_at_7(e1));
   ASSERT_FALSE(s.kv().can_truncate(0, shared)) << "the rings must have moved past the shared prefix";
   // The same image: resumed at the last chunk boundary of the shared prefix, past the image.
-  EXPECT_EQ(s.set_tokens(b, span_of(e1)), int(b.size()) - shared / C * C);
+  EXPECT_EQ(s.set_tokens(b, image_at_7(e1)), int(b.size()) - shared / C * C);
   Session fresh(*model, nullptr, fresh_opt);
-  fresh.set_tokens(b, span_of(e1));
+  fresh.set_tokens(b, image_at_7(e1));
   EXPECT_LE(test::max_abs_diff(s.logits(), fresh.logits(), V), 1e-5);
   EXPECT_EQ(s.store()->stats().restores, 1);
 
   // Another image, the same token ids: nothing after the text before it comes from the store.
-  s.set_tokens(a, span_of(e1));
-  EXPECT_EQ(s.set_tokens(b, span_of(e2)), int(b.size()) - 7 / C * C);
+  s.set_tokens(a, image_at_7(e1));
+  EXPECT_EQ(s.set_tokens(b, image_at_7(e2)), int(b.size()) - 7 / C * C);
   Session fresh2(*model, nullptr, fresh_opt);
-  fresh2.set_tokens(b, span_of(e2));
+  fresh2.set_tokens(b, image_at_7(e2));
   EXPECT_LE(test::max_abs_diff(s.logits(), fresh2.logits(), V), 1e-5);
 }
 

@@ -1,11 +1,13 @@
 // Speculative decoding (generate/speculative.h) on the trained tiny Gemma 4 and its assistant.
 //
 // References, none produced by the code under test:
-//  - plain greedy decoding, written out here with Session::set_tokens/push and an argmax;
+//  - plain greedy decoding (plain_greedy.h: Session::set_tokens/push and an argmax);
 //  - tiny-gemma4/README.md: llama.cpp's greedy continuations of three prompts (F32) and its MTP
 //    acceptance over spec-prompts.txt (63.5 % at draft-max 1, 41.5 % at draft-max 3);
 //  - a fresh Session run on the accepted tokens (KV rollback);
 //  - the exact target distribution, computed here with a plain softmax (speculative sampling).
+#include "generate/speculative.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,16 +19,16 @@
 #include <random>
 #include <sstream>
 
+#include "generate/drafter_factory.h"
 #include "generate/drafter_model.h"
 #include "generate/drafter_mtp.h"
 #include "generate/drafter_ngram.h"
+#include "generate/generate.h"
 #include "generate/sampler.h"
 #include "generate/session.h"
-#include "generate/speculative.h"
-#include "generate/drafter_factory.h"
-#include "generate/generate.h"
 #include "kernels/thread_pool.h"
 #include "model/model.h"
+#include "plain_greedy.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 
@@ -57,16 +59,7 @@ SessionOptions session_options(int ubatch = 64) {
 
 int32_t argmax(const float* x, int n) { return int32_t(std::max_element(x, x + n) - x); }
 
-// Plain greedy decoding, the reference: one token at a time through Session.
-std::vector<int32_t> plain_greedy(Session& s, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out;
-  s.set_tokens(prompt);
-  while (true) {
-    out.push_back(argmax(s.logits(), s.n_vocab()));
-    if (int(out.size()) == n) return out;
-    s.push(out.back());
-  }
-}
+using test::plain_greedy;
 
 TokenRun run_spec(Session& s, Drafter* d, const std::vector<int32_t>& prompt, int n, int draft_max,
                   const SamplingParams* sampling = nullptr, bool adaptive = false) {
