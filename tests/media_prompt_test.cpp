@@ -4,11 +4,14 @@
 #include "generate/media_prompt.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "generate/prompt_cache_file.h"
 #include "generate/session.h"
 #include "kernels/thread_pool.h"
 #include "media/image.h"
@@ -184,11 +187,11 @@ TEST(MediaPrompt, SessionChunksAndReusesByContent) {
 namespace gem4 {
 namespace {
 
-// The prefix store with media in the history: chunks are keyed on the media's content, so a prompt
-// whose sliding rings have moved past the image resumes after it from the store when the image is the
-// same (and gives a fresh session's logits), and not when another image sits at the same place with
-// the same token ids. Text before the first image is shared either way.
-TEST(MediaPrompt, PrefixStoreResumesPastTheSameImageOnly) {
+// The prefix store and the prompt cache on disk with media in the history: chunks are keyed on the
+// media's content, so a prompt whose sliding rings have moved past the image resumes after it when the
+// image is the same (and gives a fresh session's logits), and not when another image sits at the same
+// place with the same token ids. Text before the first image is shared either way.
+TEST(MediaPrompt, PrefixCachesResumePastTheSameImageOnly) {
   const nlohmann::json info = test::mtmd_info("vision__img1-rgba-320x240");
   auto model = Model::load(mtmd("models/gemma4-tiny-mmvocab-f32.gguf"));
   const int d = model->config.d_model, V = int(model->weights.token_embd.out);
@@ -231,6 +234,38 @@ TEST(MediaPrompt, PrefixStoreResumesPastTheSameImageOnly) {
   Session fresh2(*model, nullptr, fresh_opt);
   fresh2.set_tokens(b, image_at_7(e2));
   EXPECT_LE(test::max_abs_diff(s.logits(), fresh2.logits(), V), 1e-5);
+
+  // The prompt cache on disk keys the same way: a new session (another process, say) with an empty store
+  // resumes past the same image from the folder, and not past another image.
+  const std::string dir = ::testing::TempDir() + "gem4_media_prompt_cache_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  auto open_dir = [&](Session& x) {
+    generate::PromptCacheKey key;
+    key.model_id = generate::model_file_identity(*model->file);
+    key.layout = x.kv().layout_signature();
+    key.chunk_tokens = x.store()->chunk_tokens();
+    key.chunk_bytes = x.store()->chunk_bytes();
+    return std::make_unique<generate::PromptCacheDir>(dir, key, uint64_t(64) << 20);
+  };
+  {
+    Session writer(*model, nullptr, opt);
+    auto disk = open_dir(writer);
+    writer.engine().set_disk(disk.get());
+    writer.set_tokens(a, image_at_7(e1));
+    writer.engine().save_prompt(writer.sequence(), int(a.size()));
+  }
+  for (const auto& e : {e1, e2}) {
+    Session reader(*model, nullptr, opt);
+    auto disk = open_dir(reader);
+    reader.engine().set_disk(disk.get());
+    const int processed = reader.set_tokens(b, image_at_7(e));
+    EXPECT_EQ(processed, int(b.size()) - (e == e1 ? shared / C * C : 0))
+        << (e == e1 ? "same image" : "other image");
+    Session ref(*model, nullptr, fresh_opt);
+    ref.set_tokens(b, image_at_7(e));
+    EXPECT_LE(test::max_abs_diff(reader.logits(), ref.logits(), V), 1e-5);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -75,22 +75,21 @@ StartInfo Engine::start(Sequence& seq, const std::vector<int32_t>& prompt, std::
         media_common_prefix(o->media, media, std::min(common_prefix(o->cached(), o->n_cached, prompt), limit));
     if (c > info.reused && kv_.can_truncate(o->id, c)) info = {c, PrefixSource::OtherSequence, 0}, donor = o;
   }
-  // 3. Chunks in memory (keyed on the media too), then 4. chunks on disk (loaded into the store, then
-  // restored from it; the disk keys on token ids only, so it serves the text before the first media).
+  // 3. Chunks in memory, then 4. chunks on disk (loaded into the store, then restored from it); both
+  // keyed on the media's content too (media_keyed_tokens).
   int from_store = 0;
   const std::vector<int32_t> keyed =
       media.empty() ? std::vector<int32_t>() : media_keyed_tokens(prompt, media);
   const std::vector<int32_t>& key = media.empty() ? prompt : keyed;
   if (store_) {
     const int C = store_->chunk_tokens();
-    const int disk_limit = std::min(limit, first_media_position(media));
     if (info.reused / C < limit / C) from_store = store_->resumable(kv_, seq.id, key, limit, held);
-    if (disk_ && from_store / C < disk_limit / C && (info.reused / C) < disk_limit / C) {
+    if (disk_ && from_store / C < limit / C && (info.reused / C) < limit / C) {
       const int best = std::max(from_store, info.reused);
       // Only an entry that gives more than the memory already does is read.
       const int n = disk_->load(
-          prompt, disk_limit / C, [&](int i, const uint8_t* rows) { store_->insert(prompt, i, rows); },
-          nullptr, best / C);
+          key, limit / C, [&](int i, const uint8_t* rows) { store_->insert(key, i, rows); }, nullptr,
+          best / C);
       if (n * C > best) {
         const int p = store_->resumable(kv_, seq.id, key, limit, held);
         if (p > from_store) from_store = p, info.disk_tokens = p;
@@ -174,10 +173,10 @@ void Engine::prefill(Sequence& seq) {
 void Engine::save_prompt(const Sequence& seq, int n_prompt) {
   if (!disk_ || !store_) return;
   const int C = store_->chunk_tokens();
-  const int n = std::min({n_prompt, seq.n_cached, first_media_position(seq.media)}) / C;
-  // Whole chunks present in the store, from the first.
-  const std::vector<int32_t> prefix(seq.tokens.begin(),
-                                    seq.tokens.begin() + std::min<size_t>(seq.tokens.size(), size_t(n) * C));
+  const int n = std::min(n_prompt, seq.n_cached) / C;
+  // Whole chunks present in the store, from the first (keyed as the store keys them).
+  std::vector<int32_t> prefix = seq.media.empty() ? seq.tokens : media_keyed_tokens(seq.tokens, seq.media);
+  prefix.resize(std::min<size_t>(prefix.size(), size_t(n) * C));
   int have = 0;
   while (have < n && store_->find(prefix, have)) ++have;
   if (have == 0) return;

@@ -1,7 +1,6 @@
 #include "generate/media_span.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 namespace gem4::generate {
@@ -40,12 +39,6 @@ std::vector<int32_t> media_keyed_tokens(const std::vector<int32_t>& tokens,
     }
   }
   return keyed;
-}
-
-int first_media_position(const std::vector<MediaSpan>& spans) {
-  int f = INT_MAX;
-  for (const MediaSpan& s : spans) f = std::min(f, s.first);
-  return f;
 }
 
 }  // namespace gem4::generate

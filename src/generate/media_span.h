@@ -35,13 +35,9 @@ uint64_t media_hash(const std::vector<float>& embd);
 // given that their tokens agree on the first `n`: n, or less where a span differs.
 int media_common_prefix(const std::vector<MediaSpan>& cached, const std::vector<MediaSpan>& wanted, int n);
 
-// The first position of any span (INT32_MAX when none): the prompt cache on disk keys on token ids
-// only, so it serves nothing past it.
-int first_media_position(const std::vector<MediaSpan>& spans);
-
-// The token history as the prefix store keys it: each soft-token position carries an id made from its
-// span's content hash, place and kind and its index in the span, with the sign bit set so that it is
-// never a vocabulary id. A stored chunk holding media rows is then found only by a prompt with the
+// The token history as the prefix store and the prompt cache on disk key it: each soft-token position carries
+// an id made from its span's content hash, place and kind and its index in the span, with the sign bit set so
+// that it is never a vocabulary id. A stored chunk holding media rows is then found only by a prompt with the
 // same media at the same place (a chunk's rows depend on every position before it, and an image's on
 // all of the image). Positions before the first span keep their token ids, so text-only chunks are
 // shared with prompts without media.
