@@ -73,18 +73,22 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
 void Forward::matmul_group(const MatmulJob* jobs, int count) {
   const auto t0 = std::chrono::steady_clock::now();
   double macs = 0, gemm_macs = 0;
-  // With llama.cpp's F32 order (matmul_shared's first branch) its F32 products go that way one by one
-  // (the router among quantized experts, say); the rest run as a group.
-  std::vector<MatmulJob> rest;
-  for (int j = 0; j < count; ++j) {
-    const MatmulJob& t = jobs[j];
-    if (llama_cols_ > 0 && t.w.type == GgmlType::F32) {
-      if (t.rows > 0) llama_matmul_f32(t.w, t.x, t.rows, t.ldx, t.y, t.ldy, llama_cols_ >= 2, pool_);
-    } else {
-      rest.push_back(t);
+  if (llama_cols_ == 0) {
+    run_group(jobs, count, pool_);
+  } else {
+    // With llama.cpp's F32 order (matmul_shared's first branch) its F32 products go that way one by one
+    // (the router among quantized experts, say); the rest run as a group.
+    std::vector<MatmulJob> rest;
+    for (int j = 0; j < count; ++j) {
+      const MatmulJob& t = jobs[j];
+      if (t.w.type != GgmlType::F32) {
+        rest.push_back(t);
+      } else if (t.rows > 0) {
+        llama_matmul_f32(t.w, t.x, t.rows, t.ldx, t.y, t.ldy, llama_cols_ >= 2, pool_);
+      }
     }
+    if (!rest.empty()) run_group(rest.data(), int(rest.size()), pool_);
   }
-  if (!rest.empty()) run_group(rest.data(), int(rest.size()), pool_);
   for (int j = 0; j < count; ++j) {
     const MatmulJob& t = jobs[j];
     if (t.rows <= 0) continue;
