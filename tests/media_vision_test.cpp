@@ -230,6 +230,15 @@ TEST(ImageDecode, BadImagesAreClearErrors) {
     }
   EXPECT_NE(error_of([&] { decode_image(dht.data(), dht.size(), "dht.jpg"); }).find("more than 256 codes"),
             std::string::npos);
+  // The same cut off by the end of the file after 15 of its 16 counts (found by scripts/fuzz.sh: stb reads
+  // zeros past the end and still builds the table from the counts that are there).
+  for (size_t i = 2; i + 21 < dht.size(); ++i)
+    if (dht[i] == 0xFF && dht[i + 1] == 0xC4) {
+      dht.resize(i + 5 + 15);
+      break;
+    }
+  EXPECT_NE(error_of([&] { decode_image(dht.data(), dht.size(), "cut.jpg"); }).find("more than 256 codes"),
+            std::string::npos);
 }
 
 // Mutated and truncated copies of the reference images: each decodes or is refused with an error naming

@@ -56,7 +56,9 @@ bool png_header_size(const uint8_t* d, size_t n, int64_t& w, int64_t& h) {
 // Debian's stb_image (2.27) trusts a JPEG's Huffman table sizes: a DHT segment whose 16 counts add up
 // to more than 256 codes writes past its size table (found by tests/fuzz/image_fuzz.cpp; stb 2.28 checks
 // it). So every DHT segment of the file is checked here first, walking the markers and skipping the
-// entropy-coded data after each SOS (stuffed 0xFF00 bytes and RSTn markers belong to it).
+// entropy-coded data after each SOS (stuffed 0xFF00 bytes and RSTn markers belong to it). A table cut
+// off by the end of the file counts too: stb reads zeros past the end and builds it from the counts
+// that are there.
 void check_jpeg_tables(const uint8_t* d, size_t n, const std::string& name) {
   const auto corrupt = [&](const char* what) { throw MediaError(name + ": corrupt JPEG (" + what + ")"); };
   size_t i = 2;  // after SOI
@@ -81,9 +83,9 @@ void check_jpeg_tables(const uint8_t* d, size_t n, const std::string& name) {
     const size_t end = std::min(n, i + 2 + len);
     if (m == 0xC4) {
       size_t p = i + 4;
-      while (p + 17 <= end) {
+      while (p < end) {
         size_t codes = 0;
-        for (int k = 0; k < 16; ++k) codes += d[p + 1 + k];
+        for (size_t k = p + 1; k < std::min(end, p + 17); ++k) codes += d[k];
         if (codes > 256) corrupt("a Huffman table with more than 256 codes");
         p += 17 + codes;
       }
