@@ -8,7 +8,8 @@
 #
 # --policy affinity (default) routes each conversation to one replica (the X-Gem4-Affinity header,
 # else the OpenAI "user" field, else the first message; see the template); round-robin spreads
-# requests evenly. Replicas listen on free loopback ports; their logs are in the run folder.
+# requests evenly. Replicas listen on free loopback ports; their logs are in the run folder: a
+# temporary one, removed when they stop, unless --run-dir names one to keep.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,7 +38,8 @@ esac
 [ -x "$gem4" ] || { echo "replicas: no gem4 binary at $gem4 (build it, or pass --gem4 BIN)" >&2; exit 2; }
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 [ -x "$nginx_bin" ] || { echo "replicas: nginx is not installed (scripts/install-deps.sh)" >&2; exit 2; }
-[ -n "$run_dir" ] || run_dir="$(mktemp -d /tmp/gem4-replicas.XXXXXX)"
+own_run_dir=0
+[ -n "$run_dir" ] || { run_dir="$(mktemp -d /tmp/gem4-replicas.XXXXXX)"; own_run_dir=1; }
 mkdir -p "$run_dir"/{body,proxy,fastcgi,uwsgi,scgi}
 chmod 755 "$run_dir"
 chmod 777 "$run_dir"/{body,proxy,fastcgi,uwsgi,scgi}  # nginx workers run as nobody under root
@@ -50,6 +52,7 @@ stop_all() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   [ -n "$nginx_pid" ] && wait "$nginx_pid" 2>/dev/null || true
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [ "$own_run_dir" = 1 ] && rm -rf "$run_dir"
   echo "replicas: stopped"
 }
 trap 'stop_all; exit 0' TERM INT
