@@ -35,12 +35,13 @@ class MediaPrompt : public ::testing::TestWithParam<const char*> {};
 // in the logits (one ulp moves an f16 GELU-table input across a rounding tie). gem4's ordinary
 // kernels are 2.8e-3 (1 token) to 7.0e-3 (64 tokens) max |diff| from llama.cpp on the plain-text
 // reference (llamacpp-ref/gemma4-tiny-f32, model_llamacpp_test.cpp). With llama.cpp's summation order
-// (PlanSwitches::llama_f32_order) the plain text matches to 2e-6, and these media prompts match a
-// llama.cpp build of node-llama-cpp 3.22.1 to 1e-6 too, but not the 3f545be build that made this
-// data: 8e-4 (last) to 6e-3 (tail) from it even with its own embeddings, so some op of the media
-// path differs between the two versions. Both orders are held to 1e-2 here. The masking itself is far
-// outside it: decoding the image causally moves the last logits by 0.65-4.2, and the causal variant is
-// checked against llama.cpp's causal logits too.
+// (PlanSwitches::llama_f32_order) the plain text matches to 2e-6, and these media prompts match
+// upstream llama.cpp (b10361 and de3ff81, which agree bit for bit) to 2e-6 too
+// (media_upstream_test.cpp), but not the patched 3f545be build that made this data: upstream itself
+// is 8e-4 (last) to 6e-3 (tail) from it with the same media rows, as far as one ulp in those rows
+// goes. Both orders are held to 1e-2 here. The masking itself is far outside it: decoding the image
+// causally moves the last logits by 0.65-4.2, and the causal variant is checked against llama.cpp's
+// causal logits too.
 constexpr double kTextBaseline = 1e-2;
 
 TEST_P(MediaPrompt, ImageLogitsMatchLlamaCpp) {
