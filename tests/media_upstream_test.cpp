@@ -4,14 +4,21 @@
 // logits on its prompts, fed the reference data's own media rows, and both differ from that data by
 // 8e-4..2.9e-3 (last row) and 3e-3..6e-3 (the rows after the media): on this random model one ulp in
 // the hidden state moves the logits that much, so the patched build decodes media rows a little
-// differently. tests/data/mtmd-upstream/de3ff81 holds upstream's logits (scripts/peer/mtmd_logits.sh
+// differently. tests/data/mtmd-upstream/de3ff81 holds upstream's logits (scripts/peer/mtmd_ref.sh
 // wrote them); gem4 in llama.cpp's summation order must give them to float rounding.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "media/audio_encoder.h"
+#include "media/audio_wav.h"
+#include "media/image.h"
+#include "media/mmproj_file.h"
+#include "media/mmproj_synthetic.h"
+#include "media/vision_encoder.h"
 #include "mtmd_prompt.h"
 
 namespace gem4 {
@@ -64,6 +71,86 @@ INSTANTIATE_TEST_SUITE_P(MtmdRef, MediaUpstream,
                            const std::string s = info.param;
                            return s.substr(0, s.find("__")) + "_" + s.substr(s.find("__") + 2, 4);
                          });
+
+// Projectors of other shapes and types than the reference's, against upstream llama.cpp's libmtmd
+// (de3ff81; scripts/peer/mtmd_ref.sh): `gem4 make-model --preset P-mmproj --type T --blocks 2` files
+// (both towers in one file, as real E2B/E4B projectors; seed 42), built here in memory. Images are the
+// reference's resized pixels (a size the tower takes as it is, so no resize runs: de3ff81 resizes
+// bicubically where the reference's version was bilinear), audio its WAVs. gem4's default clamps are
+// de3ff81's (each linear clamps its own copy of the input).
+//
+// Tolerances follow the weights' type. With F32 matrices the rows agree to ggml's summation accuracy,
+// up to gelu_quick's fp16 table: an input on the other side of a rounding tie moves one value by an fp16
+// step (2.9e-4 in the embeddings of tiny-f32 img1; the 1e-4 holds on the reference's own
+// projectors, 7e-5..8e-5, media_vision_test.cpp).
+// With F16/BF16 matrices ggml rounds every product's activations to 16 bits (as gem4 does,
+// encoder_matmul.h); a last-bit difference before that rounding moves a value by a whole 16-bit step
+// now and then (2^-11 relative for F16, 2^-8 for BF16), and the towers carry it on, so the bounds are
+// that step's size, far below what a wrong op gives (O(1): the clamp scalars alone move rows by ~1).
+struct EncoderCase {
+  const char* name;  // the file's name in tests/data/mtmd-upstream/de3ff81/embd/NAME__INPUT.f32
+  const char* preset;
+  GgmlType type;
+  std::vector<const char*> inputs;
+  double max_abs;
+};
+
+void PrintTo(const EncoderCase& c, std::ostream* os) { *os << c.name; }
+
+class MediaUpstreamEncoders : public ::testing::TestWithParam<EncoderCase> {};
+
+TEST_P(MediaUpstreamEncoders, ProjectorRowsMatchUpstreamLlamaCpp) {
+  const EncoderCase& c = GetParam();
+  media::SyntheticMmproj spec = media::synthetic_mmproj_preset(c.preset, c.type, 42);
+  spec.v.n_layer = spec.a.n_layer = 2;
+  const auto file = media::synthetic_mmproj_in_memory(spec);
+  const media::VisionEncoder vision(*file);
+  const media::AudioEncoder audio(*file);
+  ThreadPool pool(2);
+  for (const std::string input : c.inputs) {
+    SCOPED_TRACE(std::string(c.name) + " " + input);
+    std::vector<float> own;
+    if (input.rfind("img", 0) == 0) {
+      const std::string id = input == "img1" ? "vision__img1-rgba-320x240" : "vision__img2-photo-200x300";
+      media::RgbImage img;
+      img.width = input == "img1" ? 384 : 288;
+      img.height = input == "img1" ? 288 : 384;
+      std::ifstream f(test::mtmd("dumps/" + id + "/resized.u8"), std::ios::binary);
+      img.rgb.resize(size_t(img.width) * img.height * 3);
+      f.read(reinterpret_cast<char*>(img.rgb.data()), std::streamsize(img.rgb.size()));
+      ASSERT_EQ(f.gcount(), std::streamsize(img.rgb.size()));
+      own = vision.encode_resized(img, &pool);
+    } else {
+      const std::string wav =
+          input == "aud1" ? "inputs/aud1-speech-16k-mono.wav" : "inputs/aud2-tones-44k1-stereo.wav";
+      own = audio.encode(media::read_wav_16k_mono(test::mtmd(wav)), &pool);
+    }
+    const std::vector<float> ref =
+        test::read_f32(std::string(GEM4_SOURCE_DIR) + "/tests/data/mtmd-upstream/de3ff81/embd/" + c.name +
+                       "__" + input + ".f32");
+    ASSERT_EQ(own.size(), ref.size()) << "soft tokens x width";
+    double err = 0, sig = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      err += double(own[i] - ref[i]) * (own[i] - ref[i]), sig += double(ref[i]) * ref[i];
+    const double d = test::max_abs_diff(own.data(), ref.data(), ref.size());
+    EXPECT_LE(d, c.max_abs);
+    std::printf("[ upstream ] %s %s: %zu rows, max |diff| %.3g, nmse %.3g\n", c.name, input.c_str(),
+                ref.size() / spec.v.n_embd_out, d, err / sig);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Generated, MediaUpstreamEncoders,
+    ::testing::Values(EncoderCase{"tiny-f32", "tiny", GgmlType::F32, {"img1", "aud1"}, 6e-4},
+                      EncoderCase{"tiny-f16", "tiny", GgmlType::F16, {"img1", "img2", "aud1", "aud2"}, 5e-3},
+                      EncoderCase{"tiny-bf16", "tiny", GgmlType::BF16, {"img1", "aud1"}, 3e-2},
+                      EncoderCase{"e2b-2blocks-f16", "e2b", GgmlType::F16, {"img1", "aud2"}, 8e-3}),
+    [](const auto& info) {
+      std::string s = info.param.name;
+      for (char& ch : s)
+        if (ch == '-') ch = '_';
+      return s;
+    });
 
 }  // namespace
 }  // namespace gem4

@@ -31,6 +31,8 @@ int cmd_make_model(int argc, char** argv, int first) {
   a.flag("--no-shared-kv", "omit the unused K/V tensors of KV-shared layers (as Google's QAT files do)");
   a.flag("--pure",
          "embedding tables of --type too (default: Q6_K below Q8_0, as llama-quantize writes them)");
+  a.value("--blocks", "N",
+          "projectors: blocks of each tower (default the preset's: 16 vision and 12 audio for e2b/e4b)");
   a.value("-o,--output", "FILE", "output path");
   declare_thread_flag(a);
   if (!a.parse(argc, argv, first)) {
@@ -55,6 +57,11 @@ int cmd_make_model(int argc, char** argv, int first) {
     } catch (const std::invalid_argument& e) {
       throw ArgError(std::string("make-model: ") + e.what());
     }
+    if (a.has("--blocks")) {
+      const int64_t blocks = a.integer("--blocks");
+      if (blocks < 1 || blocks > 64) throw ArgError("make-model: --blocks must be 1..64");
+      m.v.n_layer = m.a.n_layer = int(blocks);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     media::write_synthetic_mmproj(m, a.str("-o"));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,6 +69,7 @@ int cmd_make_model(int argc, char** argv, int first) {
                  a.str("-o").c_str(), preset.c_str(), ggml_type_name(type), s);
     return 0;
   }
+  if (a.has("--blocks")) throw ArgError("make-model: --blocks is for the projector presets (*-mmproj)");
   GeneratorSpec spec;
   spec.preset = a.str("--preset");
   if (!parse_generated_type(a.str("--type"), &spec))
