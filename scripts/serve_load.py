@@ -7,8 +7,9 @@
           cached_tokens of the first request, of later ones after the sliding window moved past the
           prefix (a long reply in between), and after a restart with the same --prompt-cache.
   replicas  scripts/replicas.sh with N replicas behind nginx, once per policy (affinity, then
-          round-robin): C conversations (each its own user and ~250-token history) x T turns, K clients
-          at a time, streaming; every stream must complete. Prints the share of prompt tokens served
+          round-robin): C conversations (each its own user and ~250-token history) x T turns, K requests
+          at a time (each turn a think time after the conversation's previous reply), streaming; every
+          stream must complete. Prints the share of prompt tokens served
           from cache per policy and their ratio. Then (--kill) an affinity run in which one replica is
           killed mid-run: no request that had not started streaming may fail.
 
@@ -244,36 +245,64 @@ def chat_stream(port, body):
 
 
 def run_conversations(a, port, on_progress=None):
-    """C conversations x T turns, K clients at a time. Returns per-request records."""
+    """C conversations x T turns, K requests in flight at a time. Returns per-request records.
+
+    Users, not clients, own the conversations: each of the K clients sends the turn of whichever
+    conversation has been ready longest, and a conversation is ready again a think time after its
+    previous reply (exponential, mean --think-ms, seeded). So a conversation's turns arrive among
+    everyone else's as independent users' do. (K clients each driving their own conversations back to
+    back, with no think time, move in step: round robin then sends every client's turns to the same
+    replica again and again, and caches as well as affinity by accident.)"""
     words = open(a.text).read().split()
     rng = random.Random(7)
     convs = []
     for c in range(a.conversations):
         start = rng.randrange(0, len(words) - a.history_words)
         convs.append((f"user-{c:03d}", " ".join(words[start:start + a.history_words])))
-    records, lock, todo = [], threading.Lock(), list(range(len(convs)))
+    order = list(range(len(convs)))
+    rng.shuffle(order)
+    t0 = time.time()
+    # (ready time, tie-break, conversation, turn, messages): all first turns ready at once, shuffled.
+    ready = [(t0, n, c, 0, [{"role": "user", "content": convs[c][1]}]) for n, c in enumerate(order)]
+    records, cv, in_flight = [], threading.Condition(), [0]
+    seq = [len(ready)]
 
     def client():
         while True:
-            with lock:
-                if not todo:
-                    return
-                c = todo.pop(0)
-            user, history = convs[c]
-            messages = [{"role": "user", "content": history}]
-            for turn in range(a.turns):
-                body = {"user": user, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0}
-                text, usage, started, upstream, err = chat_stream(port, body)
-                with lock:
-                    records.append({"user": user, "turn": turn, "usage": usage, "started": started, "error": err,
-                                    "content": bool(text), "upstream": upstream})
-                    n = len(records)
-                if on_progress:
-                    on_progress(n)
-                if err:
-                    text = text or "(lost)"
-                messages = messages + [{"role": "assistant", "content": text},
-                                       {"role": "user", "content": f"And then, in verse {turn + 2}?"}]
+            with cv:
+                while True:
+                    if not ready and not in_flight[0]:
+                        cv.notify_all()
+                        return
+                    if ready:
+                        ready.sort()
+                        wait = ready[0][0] - time.time()
+                        if wait <= 0:
+                            _, _, c, turn, messages = ready.pop(0)
+                            in_flight[0] += 1
+                            break
+                        cv.wait(wait)
+                    else:
+                        cv.wait()
+            user = convs[c][0]
+            body = {"user": user, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0}
+            text, usage, started, upstream, err = chat_stream(port, body)
+            with cv:
+                records.append({"user": user, "turn": turn, "usage": usage, "started": started, "error": err,
+                                "content": bool(text), "upstream": upstream})
+                n = len(records)
+                if turn + 1 < a.turns:
+                    if err:
+                        text = text or "(lost)"
+                    nxt = messages + [{"role": "assistant", "content": text},
+                                      {"role": "user", "content": f"And then, in verse {turn + 2}?"}]
+                    think = rng.expovariate(1000.0 / a.think_ms) if a.think_ms > 0 else 0.0
+                    seq[0] += 1
+                    ready.append((time.time() + think, seq[0], c, turn + 1, nxt))
+                in_flight[0] -= 1
+                cv.notify_all()
+            if on_progress:
+                on_progress(n)
 
     threads = [threading.Thread(target=client) for _ in range(a.clients)]
     for t in threads:
@@ -302,7 +331,8 @@ def same_replica_share(records):
 def cmd_replicas(a):
     n_req = a.conversations * a.turns
     print(f"{a.replicas} replicas behind nginx, {a.conversations} conversations x {a.turns} turns "
-          f"(~{a.history_words}-word histories, own user each), {a.clients} clients at a time, streaming, "
+          f"(~{a.history_words}-word histories, own user each), {a.clients} requests at a time, "
+          f"think time {a.think_ms:.0f} ms, streaming, "
           f"{a.max_tokens}-token replies, each replica --parallel {a.parallel} --cache-ram {a.cache_ram}")
     shares, failed = {"affinity": [], "round-robin": []}, 0
     for policy in ["affinity", "round-robin"] * a.repeat:
@@ -376,7 +406,9 @@ def main():
     p.add_argument("--parallel", type=int, default=2, help="replicas: --parallel of each replica")
     p.add_argument("--cache-ram", type=int, default=256, help="replicas: each replica's --cache-ram MiB")
     p.add_argument("--conversations", type=int, default=33)
-    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--clients", type=int, default=4, help="replicas: requests in flight at a time")
+    p.add_argument("--think-ms", type=float, default=200,
+                   help="replicas: mean think time between a reply and the user's next turn (0: none)")
     p.add_argument("--history-words", type=int, default=190, help="replicas: ~250 tokens of KJV text")
     p.add_argument("--repeat", type=int, default=1, help="replicas: runs per policy (alternating), averaged")
     p.add_argument("--kill", action="store_true", help="replicas: also a run that kills a replica mid-run")

@@ -288,6 +288,9 @@ int cmd_bench(int argc, char** argv, int first) {
       double flops = 0, tokens = 0, secs_total = 0;
       double mm_macs = 0, mm_secs = 0, gemm_macs = 0, gemm_secs = 0, gen_bytes = 0, gen_secs = 0, gen_mm_secs = 0;
       double spec_drafted = 0, spec_accepted = 0, spec_rounds = 0;
+      // --roofline: each repetition's decode rate over the read bandwidth measured right before and
+      // right after it (their mean), so a drift of the host between repetitions does not count.
+      std::vector<double> paired_bandwidth_fracs;
       bool flops_unmeasured = false;
     };
     std::vector<VariantRun> runs;
@@ -333,9 +336,13 @@ int cmd_bench(int argc, char** argv, int first) {
         const int n_prompt = warm ? std::min(test.n_prompt, 32) : test.n_prompt;
         const int n_gen = warm ? std::min(test.n_gen, 1) : test.n_gen;
         // --roofline: the peaks again before each repetition; the fractions divide by the highest seen.
+        double read_gbs_before = 0;
         if (a.on("--roofline") && !warm) {
           if (n_prompt > 0) peaks.int8_gmacs = std::max(peaks.int8_gmacs, measure_int8_peak_quick(&pool));
-          if (n_gen > 0) peaks.read_gbs = std::max(peaks.read_gbs, measure_read_bandwidth_quick(&pool));
+          if (n_gen > 0) {
+            read_gbs_before = measure_read_bandwidth_quick(&pool);
+            peaks.read_gbs = std::max(peaks.read_gbs, read_gbs_before);
+          }
         }
         fwd.stats.reset();
         const auto t0 = Clock::now();
@@ -391,6 +398,12 @@ int cmd_bench(int argc, char** argv, int first) {
         if (n_gen > 0) {
           v.gen_bytes += fwd.stats.weight_bytes - gen_bytes0, v.gen_secs += gsecs;
           v.gen_mm_secs += fwd.stats.matmul_seconds - gen_mm_secs0;
+          if (read_gbs_before > 0 && gsecs > 0) {
+            const double read_gbs_after = measure_read_bandwidth_quick(&pool);
+            peaks.read_gbs = std::max(peaks.read_gbs, read_gbs_after);
+            const double gbs = (fwd.stats.weight_bytes - gen_bytes0) / gsecs / 1e9;
+            v.paired_bandwidth_fracs.push_back(gbs / (0.5 * (read_gbs_before + read_gbs_after)));
+          }
         }
         const double n_tok = n_prompt + n_gen;
         // Speculative rows report generation speed without the prompt (as the plain -n rows do).
@@ -418,6 +431,12 @@ int cmd_bench(int argc, char** argv, int first) {
       if (v.gemm_secs > 0) {
         r.extra["prompt_gemm_gmacs"] = v.gemm_macs / v.gemm_secs / 1e9;
         r.extra["prompt_gemm_mac_share"] = v.gemm_macs / v.mm_macs;
+      }
+      if (!v.paired_bandwidth_fracs.empty()) {
+        auto& f = v.paired_bandwidth_fracs;
+        std::sort(f.begin(), f.end());
+        const size_t n = f.size();
+        r.extra["decode_bandwidth_frac_paired"] = n % 2 ? f[n / 2] : 0.5 * (f[n / 2 - 1] + f[n / 2]);
       }
       if (v.gen_secs > 0) {
         r.extra["decode_weight_gbs"] = v.gen_bytes / v.gen_secs / 1e9;
@@ -469,25 +488,37 @@ int cmd_bench(int argc, char** argv, int first) {
           peaks.kernel_set, peaks.int8_instr, peaks.int8_gmacs, peaks.kernel_set, peaks.read_instr,
           peaks.read_gbs);
       std::printf(
-          "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all prompt matmuls "
-          "GMAC/s | decode weight GB/s | of read bandwidth | decode time in matmuls | GB/s inside them |\n"
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+          "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all "
+          "prompt matmuls "
+          "GMAC/s | decode weight GB/s | of read bandwidth | of it at the time | decode time in matmuls | "
+          "GB/s "
+          "inside them |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : results) {
         auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
         std::string variant;
         for (const auto& [k, v] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + v;
         auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
         auto pct = [&](const char* k) { return cell(get(k) < 0 ? -1.0 : get(k) * 100, "%.1f %%"); };
-        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(), variant.c_str(),
-                    cell(get("prompt_gemm_gmacs"), "%.1f").c_str(), pct("prompt_gemm_int8_peak_frac").c_str(),
-                    pct("prompt_gemm_mac_share").c_str(), cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
+        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(),
+                    variant.c_str(), cell(get("prompt_gemm_gmacs"), "%.1f").c_str(),
+                    pct("prompt_gemm_int8_peak_frac").c_str(), pct("prompt_gemm_mac_share").c_str(),
+                    cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
                     cell(get("decode_weight_gbs"), "%.2f").c_str(), pct("decode_bandwidth_frac").c_str(),
-                    pct("decode_matmul_time_share").c_str(), cell(get("decode_matmul_gbs"), "%.2f").c_str());
+                    pct("decode_bandwidth_frac_paired").c_str(), pct("decode_matmul_time_share").c_str(),
+                    cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
-      std::printf("(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the prompt's\n"
-                  " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and head;\n"
-                  " decode: weight bytes per token over the whole token time, then the share of that time spent inside the\n"
-                  " matrix products and the bandwidth they reach while running)\n");
+      std::printf(
+          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the "
+          "prompt's\n"
+          " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and "
+          "head;\n"
+          " decode: weight bytes per token over the whole token time, over the highest read bandwidth of the "
+          "run and\n"
+          " (median over repetitions) over the one measured right before and after each repetition, then the "
+          "share\n"
+          " of that time spent inside the\n"
+          " matrix products and the bandwidth they reach while running)\n");
     }
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s)\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
