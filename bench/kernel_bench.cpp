@@ -20,6 +20,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/packed_matrix.h"
+#include "kernels/peaks.h"
 #include "kernels/thread_pool.h"
 #include "tensor/quant.h"
 
@@ -238,6 +239,16 @@ void BM_MatmulReference(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The read loop of `gem4 bench --roofline` (the running set's widest loads over 256 MiB, best of three
+// passes), so that the decode GEMVs above can be read as a fraction of it measured in the same run.
+void BM_ReadLoop(benchmark::State& state) {
+  double sum = 0;
+  int64_t n = 0;
+  for (auto _ : state) sum += measure_read_bandwidth_quick(&pool2()), ++n;
+  state.counters["GB/s"] = n ? sum / double(n) : 0.0;
+  state.SetLabel(isa_name(active_isa()));
+}
+
 struct Shape {
   const char* name;
   int64_t in, out;
@@ -304,6 +315,7 @@ void register_all() {
           ->UseRealTime();
     }
   }
+  benchmark::RegisterBenchmark("read_loop/threads:2", BM_ReadLoop)->UseRealTime()->MinTime(0.3);
   // LM head (tied embedding, 262144 x 1536), decode only: the types llama-quantize gives it.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {
     for (int threads : {1, 2}) {
