@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kernels/block_decode_avx512.h"
+#include "kernels/cpu_features.h"
 #include "kernels/int8_panel_avx512.h"
 #include "kernels/lanes_avx512.h"
 #include "kernels/matmul_internal.h"
@@ -242,11 +243,22 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
 // the dependency chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f), and for Q4_K
 // f = fma(min_w, s_x, f).
 
-// Software prefetch distances of the packed GEMV, in 64-byte lines: into L1 2 KiB ahead of the block
-// being read and into L2 8 KiB ahead, so that each core keeps more misses in flight than the hardware
-// prefetcher starts on its own. In gem4_kernel_bench (interleaved repetitions) the L1 prefetch was worth
-// ~20 % on Q4_0 and the L2 one another ~7 % (2-4 % on Q8_0); prefetchnta halved the speed.
-constexpr size_t kGemvPrefetchLines = 32, kGemvPrefetchL2Lines = 128;
+// Software prefetch of the packed GEMVs, in bytes ahead of the block being read, so that each core keeps
+// more misses in flight than the hardware prefetcher starts on its own (it stops at 4 KiB pages);
+// prefetchnta halved the speed. On a Sapphire Rapids Xeon (interleaved gem4_kernel_bench repetitions)
+// 2 KiB ahead into L1 was worth ~20 % on Q4_0 and 8 KiB ahead into L2 another ~7 % (2-4 % on Q8_0).
+struct GemvPrefetch {
+  size_t l1, l2;  // l2 0: no prefetch into L2
+};
+constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192};
+// The Q8_0/Q4_0/Q4_K kernel's, chosen once for the CPU. On a Zen 5 EPYC (each repetition paired with
+// the read loop measured right before and after it) the L2 prefetch cost, and 4 KiB ahead into L1
+// alone was the best of 1-8 KiB: Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one
+// barrier), Q8_0 +3 %, Q4_K +1 %. The Q5_K/Q6_K kernel (bit planes) lost 5 % that way and keeps both.
+const GemvPrefetch& gemv_prefetch() {
+  static const GemvPrefetch p = cpu_features().amd ? GemvPrefetch{4096, 0} : kPrefetchL1AndL2;
+  return p;
+}
 
 // The activation rows quantized per 32-element block, as the kernels below read them.
 struct PackedActivations {
@@ -264,6 +276,7 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
   constexpr int kGroups = kNibbles ? 4 : 8;
   constexpr size_t kBlock = Fmt::kBlockBytes;
   const __m512i low = _mm512_set1_epi8(0x0F);
+  const GemvPrefetch pf = gemv_prefetch();
   __m512 f0[R], f1[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
@@ -271,8 +284,8 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
     const uint8_t* pb = Fmt::block(panel, b);
 #pragma GCC unroll 17
     for (size_t line = 0; line < kBlock; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pb + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(pb + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l1 + line), _MM_HINT_T0);
+      if (pf.l2) _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l2 + line), _MM_HINT_T1);
     }
     __m512i a0[R], a1[R], c0[R], c1[R];
 #pragma GCC unroll 4
@@ -345,6 +358,7 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 template <class K, int R>
 void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
                               int64_t ldy, int valid) {
+  constexpr GemvPrefetch pf = kPrefetchL1AndL2;
   __m512 f[2][R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
@@ -353,8 +367,8 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
     const uint8_t* blk = planes_block<K>(panel, b, &super);
 #pragma GCC unroll 14
     for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchLines * 64 + line), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kGemvPrefetchL2Lines * 64 + line), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line), _MM_HINT_T0);
+      if (pf.l2) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
