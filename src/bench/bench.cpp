@@ -450,7 +450,7 @@ int cmd_bench(int argc, char** argv, int first) {
   }
 
   if (a.on("--roofline")) {
-    // Against the highest peak measured during the run (at the start and before each repetition): the
+    // Against the highest peak measured during the run (at the start, before and after each repetition): the
     // machine's speed drifts on a shared host, and a slow moment during one peak measurement must not
     // flatter the fractions.
     for (auto& r : results) {
@@ -482,17 +482,15 @@ int cmd_bench(int argc, char** argv, int first) {
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
     if (a.on("--roofline")) {
       std::printf(
-          "\nroofline (peaks: the highest measured during the run, at the start and right before each\n"
-          "repetition, with the running kernel set's instructions: int8 (%s: %s) %.0f GMAC/s, read (%s: %s) "
+          "\nroofline (peaks: the highest measured during the run, at the start and right before (and after)\n"
+          "each repetition, with the running kernel set's instructions: int8 (%s: %s) %.0f GMAC/s, read (%s: %s) "
           "%.1f GB/s):\n",
           peaks.kernel_set, peaks.int8_instr, peaks.int8_gmacs, peaks.kernel_set, peaks.read_instr,
           peaks.read_gbs);
       std::printf(
-          "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs | all "
-          "prompt matmuls "
-          "GMAC/s | decode weight GB/s | of read bandwidth | of it at the time | decode time in matmuls | "
-          "GB/s "
-          "inside them |\n"
+          "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs "
+          "| all prompt matmuls GMAC/s | decode weight GB/s | of read bandwidth | of it at the time "
+          "| decode time in matmuls | GB/s inside them |\n"
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : results) {
         auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
@@ -509,16 +507,12 @@ int cmd_bench(int argc, char** argv, int first) {
                     cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
       std::printf(
-          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the "
-          "prompt's\n"
-          " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and "
-          "head;\n"
-          " decode: weight bytes per token over the whole token time, over the highest read bandwidth of the "
-          "run and\n"
-          " (median over repetitions) over the one measured right before and after each repetition, then the "
-          "share\n"
-          " of that time spent inside the\n"
-          " matrix products and the bandwidth they reach while running)\n");
+          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the prompt's\n"
+          " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and\n"
+          " head; decode: weight bytes per token over the whole token time, as a share of the run's highest\n"
+          " read bandwidth and (the median over repetitions) of the one measured right before and after each\n"
+          " repetition; then the share of that time spent inside the matrix products and the bandwidth they\n"
+          " reach while running)\n");
     }
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s)\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
