@@ -482,8 +482,10 @@ int cmd_bench(int argc, char** argv, int first) {
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
     if (a.on("--roofline")) {
       std::printf(
-          "\nroofline (peaks: the highest measured during the run, at the start and right before (and after)\n"
-          "each repetition, with the running kernel set's instructions: int8 (%s: %s) %.0f GMAC/s, read (%s: %s) "
+          "\nroofline (peaks: the highest measured during the run, at the start and right before (and "
+          "after)\n"
+          "each repetition, with the running kernel set's instructions: int8 (%s: %s) %.0f GMAC/s, read (%s: "
+          "%s) "
           "%.1f GB/s):\n",
           peaks.kernel_set, peaks.int8_instr, peaks.int8_gmacs, peaks.kernel_set, peaks.read_instr,
           peaks.read_gbs);
@@ -507,10 +509,13 @@ int cmd_bench(int argc, char** argv, int first) {
                     cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
       std::printf(
-          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the prompt's\n"
-          " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail and\n"
+          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the "
+          "prompt's\n"
+          " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail "
+          "and\n"
           " head; decode: weight bytes per token over the whole token time, as a share of the run's highest\n"
-          " read bandwidth and (the median over repetitions) of the one measured right before and after each\n"
+          " read bandwidth and (the median over repetitions) of the one measured right before and after "
+          "each\n"
           " repetition; then the share of that time spent inside the matrix products and the bandwidth they\n"
           " reach while running)\n");
     }
