@@ -482,11 +482,9 @@ int cmd_bench(int argc, char** argv, int first) {
                   r.switches.empty() ? "" : (r.switches[0].first + "=" + r.switches[0].second).c_str(), r.flops_per_token / 1e9);
     if (a.on("--roofline")) {
       std::printf(
-          "\nroofline (peaks: the highest measured during the run, at the start and right before (and "
-          "after)\n"
-          "each repetition, with the running kernel set's instructions: int8 (%s: %s) %.0f GMAC/s, read (%s: "
-          "%s) "
-          "%.1f GB/s):\n",
+          "\nroofline (peaks: the highest measured during the run, at the start and right before\n"
+          "(and after) each repetition, with the running kernel set's instructions:\n"
+          "int8 (%s: %s) %.0f GMAC/s, read (%s: %s) %.1f GB/s):\n",
           peaks.kernel_set, peaks.int8_instr, peaks.int8_gmacs, peaks.kernel_set, peaks.read_instr,
           peaks.read_gbs);
       std::printf(
@@ -509,15 +507,12 @@ int cmd_bench(int argc, char** argv, int first) {
                     cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
       std::printf(
-          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of the "
-          "prompt's\n"
-          " matmuls are the F32 PLE projection and the bandwidth-bound 1-row products of the pruned tail "
-          "and\n"
-          " head; decode: weight bytes per token over the whole token time, as a share of the run's highest\n"
-          " read bandwidth and (the median over repetitions) of the one measured right before and after "
-          "each\n"
-          " repetition; then the share of that time spent inside the matrix products and the bandwidth they\n"
-          " reach while running)\n");
+          "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of\n"
+          " the prompt's matmuls are the F32 PLE projection and the bandwidth-bound 1-row products\n"
+          " of the pruned tail and head; decode: weight bytes per token over the whole token time,\n"
+          " as a share of the run's highest read bandwidth and (the median over repetitions) of the\n"
+          " one measured right before and after each repetition; then the share of that time spent\n"
+          " inside the matrix products and the bandwidth they reach while running)\n");
     }
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s)\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
