@@ -17,11 +17,7 @@ namespace gem4::media {
 namespace {
 
 using gem4::test::mtmd;
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
+using gem4::test::read_bytes;
 
 void put16(std::vector<uint8_t>& b, uint32_t v) {
   b.push_back(uint8_t(v));

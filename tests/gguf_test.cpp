@@ -13,20 +13,12 @@
 
 #include "gguf/ggml_types.h"
 #include "gguf/gguf_writer.h"
+#include "test_util.h"
 
 namespace gem4::gguf {
 namespace {
 
 const std::string kTestData = std::string(GEM4_SOURCE_DIR) + "/../shared/testdata/";
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    ADD_FAILURE() << "missing test data: " << path;
-    return {};
-  }
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
 
 // A fresh scratch directory per test process, removed at the end of each test that uses it.
 struct ScratchDir {
@@ -250,7 +242,7 @@ TEST(GgufRoundTrip, EveryValueTypeThroughAFile) {
   expect_every_value_type(*f);
   EXPECT_EQ(f->path(), path);
   // write() and to_bytes() produce the same image.
-  EXPECT_EQ(read_file(path), writer_with_every_value_type().to_bytes());
+  EXPECT_EQ(test::read_bytes(path), writer_with_every_value_type().to_bytes());
 }
 
 TEST(GgufRoundTrip, ValueToString) {
@@ -350,7 +342,7 @@ TEST(GgufRoundTrip, CustomAlignmentAndLazyTensorsWrittenToDisk) {
   EXPECT_EQ(std::memcmp(f->tensor_data(*f->find_tensor("eager")), eager.data(), 40), 0);
 
   // to_bytes() runs the fill callbacks too and yields the same image.
-  EXPECT_EQ(w.to_bytes(), read_file(path));
+  EXPECT_EQ(w.to_bytes(), test::read_bytes(path));
 }
 
 TEST(GgufWriter, RejectsBadInput) {
@@ -495,7 +487,7 @@ void expect_parse_or_named_error(const std::vector<uint8_t>& bytes, const std::s
 
 TEST(GgufRobustness, TruncatedFilesFailCleanly) {
   const std::string name = "gemma4-tiny-assistant-f32.gguf";
-  std::vector<uint8_t> full = read_file(kTestData + "llamacpp-ref/" + name);
+  std::vector<uint8_t> full = test::read_bytes(kTestData + "llamacpp-ref/" + name);
   ASSERT_GT(full.size(), 100000u);
   auto f = GgufFile::from_memory(full.data(), full.size(), name);
   uint64_t data_end = 0;  // a cut anywhere before this loses part of some tensor
@@ -524,7 +516,7 @@ TEST(GgufRobustness, TruncatedFilesFailCleanly) {
 
 TEST(GgufRobustness, ByteFlipsInHeaderParseOrFailCleanly) {
   const std::string name = "gemma4-tiny-assistant-f32.gguf";
-  std::vector<uint8_t> full = read_file(kTestData + "llamacpp-ref/" + name);
+  std::vector<uint8_t> full = test::read_bytes(kTestData + "llamacpp-ref/" + name);
   ASSERT_GT(full.size(), 100000u);
   size_t header_end = GgufFile::from_memory(full.data(), full.size(), name)->data_offset();
   std::mt19937 rng(5678);

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -115,10 +114,8 @@ TEST_P(MediaUpstreamEncoders, ProjectorRowsMatchUpstreamLlamaCpp) {
       media::RgbImage img;
       img.width = input == "img1" ? 384 : 288;
       img.height = input == "img1" ? 288 : 384;
-      std::ifstream f(test::mtmd("dumps/" + id + "/resized.u8"), std::ios::binary);
-      img.rgb.resize(size_t(img.width) * img.height * 3);
-      f.read(reinterpret_cast<char*>(img.rgb.data()), std::streamsize(img.rgb.size()));
-      ASSERT_EQ(f.gcount(), std::streamsize(img.rgb.size()));
+      img.rgb = test::read_bytes(test::mtmd("dumps/" + id + "/resized.u8"));
+      ASSERT_EQ(img.rgb.size(), size_t(img.width) * img.height * 3);
       own = vision.encode_resized(img, &pool);
     } else {
       const std::string wav =
@@ -129,13 +126,10 @@ TEST_P(MediaUpstreamEncoders, ProjectorRowsMatchUpstreamLlamaCpp) {
         test::read_f32(std::string(GEM4_SOURCE_DIR) + "/tests/data/mtmd-upstream/de3ff81/embd/" + c.name +
                        "__" + input + ".f32");
     ASSERT_EQ(own.size(), ref.size()) << "soft tokens x width";
-    double err = 0, sig = 0;
-    for (size_t i = 0; i < ref.size(); ++i)
-      err += double(own[i] - ref[i]) * (own[i] - ref[i]), sig += double(ref[i]) * ref[i];
     const double d = test::max_abs_diff(own.data(), ref.data(), ref.size());
     EXPECT_LE(d, c.max_abs);
     std::printf("[ upstream ] %s %s: %zu rows, max |diff| %.3g, nmse %.3g\n", c.name, input.c_str(),
-                ref.size() / spec.v.n_embd_out, d, err / sig);
+                ref.size() / spec.v.n_embd_out, d, test::nmse(own.data(), ref.data(), ref.size()));
   }
 }
 

@@ -22,12 +22,7 @@ namespace gem4::media {
 namespace {
 
 using gem4::test::mtmd;
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << "cannot read " << path;
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using gem4::test::read_bytes;
 
 struct VisionCase {
   const char* id;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,12 @@ inline std::vector<float> read_f32(const std::string& path) {
   f.seekg(0);
   f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(float)));
   return v;
+}
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << "cannot read " << path;
+  return {std::istreambuf_iterator<char>(f), {}};
 }
 
 // Normalised mean squared error: sum((a-b)^2) / sum(b^2).
