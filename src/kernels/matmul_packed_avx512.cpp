@@ -255,9 +255,10 @@ constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192};
 // the read loop measured right before and after it) the L2 prefetch cost, and 4 KiB ahead into L1
 // alone was the best of 1-8 KiB: Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one
 // barrier), Q8_0 +3 %, Q4_K +1 %. The Q5_K/Q6_K kernel (bit planes) lost 5 % that way and keeps both.
-const GemvPrefetch& gemv_prefetch() {
-  static const GemvPrefetch p = cpu_features().amd ? GemvPrefetch{4096, 0} : kPrefetchL1AndL2;
-  return p;
+constexpr GemvPrefetch kPrefetchL1Only{4096, 0};
+bool gemv_prefetch_l1_only() {
+  static const bool amd = cpu_features().amd;
+  return amd;
 }
 
 // The activation rows quantized per 32-element block, as the kernels below read them.
@@ -269,14 +270,17 @@ struct PackedActivations {
   float* s;          // [rows][nb]: d * sum q, for the mins (see QuantizedBlock)
 };
 
-template <class Fmt, int R>
+// The prefetch distances are template arguments: as constants they are displacements of the
+// prefetch instructions' addresses. Read from a variable, they cost GCC nine extra pointers, each
+// advanced once per block (two of them kept on the stack), ~20 % more instructions per Q4_0 block.
+template <class Fmt, int R, GemvPrefetch kPf>
 void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
                        int valid) {
   constexpr bool kNibbles = Fmt::kNibbles;
   constexpr int kGroups = kNibbles ? 4 : 8;
   constexpr size_t kBlock = Fmt::kBlockBytes;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  const GemvPrefetch pf = gemv_prefetch();
+  constexpr GemvPrefetch pf = kPf;
   __m512 f0[R], f1[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
@@ -285,7 +289,7 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 #pragma GCC unroll 17
     for (size_t line = 0; line < kBlock; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l1 + line), _MM_HINT_T0);
-      if (pf.l2) _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l2 + line), _MM_HINT_T1);
+      if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l2 + line), _MM_HINT_T1);
     }
     __m512i a0[R], a1[R], c0[R], c1[R];
 #pragma GCC unroll 4
@@ -350,7 +354,6 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
     _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f1[r]);
   }
 }
-
 
 // Packed Q5_K / Q6_K, few activation rows: per block and half of the panel, the 8 level vectors,
 // groups 0-3 into the lower-half sum and 4-7 into the upper-half sum (each starting from its share of
@@ -466,7 +469,11 @@ struct LegacyOrQ4KGemv {
   static constexpr bool kActivationsQ8K = Fmt::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    packed_gemv_panel<Fmt, R>(pn, nb, act, y, ldy, valid);
+    if (gemv_prefetch_l1_only()) {
+      packed_gemv_panel<Fmt, R, kPrefetchL1Only>(pn, nb, act, y, ldy, valid);
+    } else {
+      packed_gemv_panel<Fmt, R, kPrefetchL1AndL2>(pn, nb, act, y, ldy, valid);
+    }
   }
 };
 template <class K>
