@@ -24,6 +24,15 @@ namespace gem4 {
 
 namespace {
 
+// Asks for the cache file's pages in 2 MiB folios (large folios in the page cache, mapped by one
+// page-table entry each; ext4 and others support them on recent kernels). The packing threads write
+// the file in scattered places, which left most of it in 4 KiB pages; decode then reads each expert's
+// or matrix's panels across hundreds of 4 KiB pages, each a TLB miss (a nested walk in a VM), and the
+// hardware prefetchers stop at every 4 KiB boundary. Read loops over random 64 KiB-2 MiB pieces of
+// 4 GiB ran 5-15 % faster over huge pages, paired in one process on a Zen 5 VM. Advice only: where
+// the kernel or file system cannot, nothing changes.
+void ask_for_huge_pages(void* map, size_t bytes) { ::madvise(map, bytes, MADV_HUGEPAGE); }
+
 constexpr char kMagic[8] = {'G', 'E', 'M', '4', 'P', 'A', 'C', 'K'};
 constexpr uint32_t kVersion = 2;  // 2: the source path after the entries
 constexpr uint64_t kAlign = 4096;  // each copy starts on a page, as the anonymous copies do
@@ -209,13 +218,16 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::s
     return false;
   }
   if (want.file_size == 0) return true;
-  // MAP_POPULATE maps every page in one call: from a hot page cache that is ~0.1 s for 1.28 GiB,
-  // against one fault per 64 KiB otherwise.
-  void* map = ::mmap(nullptr, want.file_size, PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd, 0);
+  void* map = ::mmap(nullptr, want.file_size, PROT_READ, MAP_SHARED, f.fd, 0);
   if (map == MAP_FAILED) {
     *why = "cannot map " + path + ": " + errno_text();
     return false;
   }
+  ask_for_huge_pages(map, want.file_size);
+  // Every page mapped in one call: from a hot page cache that is ~0.1 s for 1.28 GiB, against one
+  // fault per 64 KiB otherwise. MADV_POPULATE_READ (Linux 5.14) keeps the huge-page advice, which
+  // MAP_POPULATE would come too early for; on an older kernel the pages fault in as they are read.
+  ::madvise(map, want.file_size, MADV_POPULATE_READ);
   store.adopt_mapping(map, want.file_size);
   const auto* base = static_cast<const uint8_t*>(map);
   for (size_t i = 0; i < matrices.size(); ++i) *matrices[i] = store.attach(*matrices[i], base + want_entries[i].offset);
@@ -267,6 +279,7 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
     return false;
   }
   store.adopt_mapping(map, header.file_size);
+  ask_for_huge_pages(map, header.file_size);
   auto* base = static_cast<uint8_t*>(map);
   std::memcpy(base, &header, sizeof header);
   std::memcpy(base + sizeof header, entries.data(), entries.size() * sizeof(Entry));
