@@ -136,6 +136,23 @@ void BM_Matmul(benchmark::State& state, GgmlType type, int64_t in, int64_t out, 
                  (type == GgmlType::BF16 && bf16_dot_active() ? " vdpbf16ps" : ""));
 }
 
+// The decode kernel's own speed: one packed 512 x 1024 matrix (288-544 KiB, inside the L2 of the
+// target cores) against one activation row on one thread, so no DRAM and no pool. GB/s of weights:
+// how much arithmetic headroom the GEMV has over the memory it streams in decode.
+void BM_GemvInCache(benchmark::State& state, GgmlType type) {
+  constexpr int64_t in = 1024, out = 512;
+  auto w = make_weights(type, out, in, false);
+  const MatrixView v = w->packed_view(0);
+  std::vector<float> x(in, 0.25f), y(out);
+  for (auto _ : state) {
+    matmul(v, x.data(), 1, in, y.data(), out, nullptr);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(double(w->matrix_bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(isa_name(active_isa())) + (v.packed ? " packed" : ""));
+}
+
 // Products that share their input (k, v and q of a layer; gate and up), packed as after loading:
 // one matmul_shared_input call, or one matmul call each. GMAC/s counts all the products.
 void BM_SharedInput(benchmark::State& state, GgmlType type, int64_t in, std::vector<int64_t> outs, int64_t rows,
@@ -316,6 +333,14 @@ void register_all() {
     }
   }
   benchmark::RegisterBenchmark("read_loop/threads:2", BM_ReadLoop)->UseRealTime()->MinTime(0.3);
+  for (const auto& [name, t] : std::vector<std::pair<std::string, GgmlType>>{{"q8_0", GgmlType::Q8_0},
+                                                                             {"q4_0", GgmlType::Q4_0},
+                                                                             {"q4_k", GgmlType::Q4_K},
+                                                                             {"q6_k", GgmlType::Q6_K}}) {
+    benchmark::RegisterBenchmark((name + "_packed/in_cache_512x1024/rows:1/threads:1").c_str(),
+                                 BM_GemvInCache, t)
+        ->MinTime(0.3);
+  }
   // LM head (tied embedding, 262144 x 1536), decode only: the types llama-quantize gives it.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {
     for (int threads : {1, 2}) {
