@@ -251,10 +251,11 @@ struct GemvPrefetch {
   size_t l1, l2;  // l2 0: no prefetch into L2
 };
 constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192};
-// The Q8_0/Q4_0/Q4_K kernel's, chosen once for the CPU. On a Zen 5 EPYC (each repetition paired with
-// the read loop measured right before and after it) the L2 prefetch cost, and 4 KiB ahead into L1
-// alone was the best of 1-8 KiB: Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one
-// barrier), Q8_0 +3 %, Q4_K +1 %. The Q5_K/Q6_K kernel (bit planes) lost 5 % that way and keeps both.
+// Chosen once for the CPU. On a Zen 5 EPYC (each repetition paired with the read loop measured right
+// before and after it) the L2 prefetch cost, and 4 KiB ahead into L1 alone was the best of 1-8 KiB:
+// Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one barrier), Q8_0 +3 %, Q4_K +1 %.
+// The Q5_K/Q6_K kernel (bit planes) too, with the variants compiled in and alternated in one process
+// (40 rounds, 8192 x 2816): Q6_K +4-8 %, Q5_K +4 % (an earlier, unpaired test had it losing 5 %).
 constexpr GemvPrefetch kPrefetchL1Only{4096, 0};
 bool gemv_prefetch_l1_only() {
   static const bool amd = cpu_features().amd;
@@ -358,10 +359,10 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 // Packed Q5_K / Q6_K, few activation rows: per block and half of the panel, the 8 level vectors,
 // groups 0-3 into the lower-half sum and 4-7 into the upper-half sum (each starting from its share of
 // -offset * sum q; Q5_K's offset is 0), then K::finish, the tile's float steps.
-template <class K, int R>
+template <class K, int R, GemvPrefetch kPf>
 void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
                               int64_t ldy, int valid) {
-  constexpr GemvPrefetch pf = kPrefetchL1AndL2;
+  constexpr GemvPrefetch pf = kPf;
   __m512 f[2][R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
@@ -371,7 +372,7 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
 #pragma GCC unroll 14
     for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line), _MM_HINT_T0);
-      if (pf.l2) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
+      if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -399,8 +400,6 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
     _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
   }
 }
-
-
 
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
 // one or more products of them (matmul_shared_input: q/k/v, gate/up), numbered product after product.
@@ -483,7 +482,11 @@ struct PlanesGemv {
   static constexpr bool kActivationsQ8K = K::Dec::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    packed_planes_gemv_panel<K, R>(pn, nb, act, y, ldy, valid);
+    if (gemv_prefetch_l1_only()) {
+      packed_planes_gemv_panel<K, R, kPrefetchL1Only>(pn, nb, act, y, ldy, valid);
+    } else {
+      packed_planes_gemv_panel<K, R, kPrefetchL1AndL2>(pn, nb, act, y, ldy, valid);
+    }
   }
 };
 
