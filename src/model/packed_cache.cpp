@@ -27,10 +27,10 @@ namespace {
 // Asks for the cache file's pages in 2 MiB folios (large folios in the page cache, mapped by one
 // page-table entry each; ext4 and others support them on recent kernels). Without the advice the
 // packing threads' scattered writes left a fifth to a quarter of a 26B-A4B cache (2.7-3.5 of 13.4
-// GiB) in 4 KiB pages, with it 0.8-1.2 GiB (Linux 6.18, ext4). In 4 KiB pages every page is a TLB miss (a nested
-// walk in a VM) and the hardware prefetchers stop at each boundary: read loops over random 64 KiB-2
-// MiB pieces of 4 GiB ran 5-15 % faster over huge pages, paired in one process on a Zen 5 VM.
-// Advice only: where the kernel or file system cannot, nothing changes.
+// GiB) in 4 KiB pages, with it 0.8-1.2 GiB (Linux 6.18, ext4). In 4 KiB pages every page is a TLB
+// miss (a nested walk in a VM) and the hardware prefetchers stop at each boundary: read loops over
+// random 64 KiB-2 MiB pieces of 4 GiB ran 5-15 % faster over huge pages, paired in one process on a
+// Zen 5 VM. Advice only: where the kernel or file system cannot, nothing changes.
 void ask_for_huge_pages(void* map, size_t bytes) { ::madvise(map, bytes, MADV_HUGEPAGE); }
 
 constexpr char kMagic[8] = {'G', 'E', 'M', '4', 'P', 'A', 'C', 'K'};
