@@ -235,6 +235,20 @@ void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
 
 namespace matmul_detail {
 
+// Intel keeps 2 KiB ahead into L1 and 8 KiB into L2: on a Sapphire Rapids Xeon (interleaved
+// gem4_kernel_bench repetitions) the L1 prefetch was worth ~20 % on Q4_0 and the L2 one another ~7 %
+// (2-4 % on Q8_0); prefetchnta halved the speed. AMD takes 4 KiB into L1 and nothing into L2. On a
+// Zen 5 EPYC, each repetition paired with the read loop measured right before and after it: AVX-512
+// Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one barrier), Q8_0 +3 %, Q4_K +1 %,
+// the best of 1-8 KiB. With the variants compiled in and alternated in one process (40 rounds):
+// AVX-512 Q6_K +4-8 %, Q5_K +4 % (8192 x 2816; an earlier, unpaired test had them losing 5 %); the
+// AVX2 and AVX-VNNI sets forced, Q8_0, Q4_0, Q4_K +0.4 to +5.6 % (2048 x 2816), where 4 KiB into L1
+// + 16 KiB into L2 was no better than 2 + 8.
+bool gemv_prefetch_l1_only() {
+  static const bool amd = cpu_features().amd;
+  return amd;
+}
+
 bool is_int8_type(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 ||
          t == GgmlType::Q5_1;

@@ -21,6 +21,18 @@ struct Int8Format {
   bool has_min = false;  // Q4_1, Q5_1
 };
 bool is_int8_type(GgmlType t);
+
+// Software prefetch of the packed decode GEMVs (every kernel set), in bytes ahead of the block being
+// read, so that each core keeps more misses in flight than the hardware prefetcher starts on its own
+// (it stops at 4 KiB pages). The kernels take it as a template argument: as constants the distances
+// are displacements of the prefetch instructions; read from a variable they cost GCC one advancing
+// pointer per prefetched line (nine per Q4_0 block, two of them kept on the stack).
+struct GemvPrefetch {
+  size_t l1, l2;  // l2 0: no prefetch into L2
+};
+constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192}, kPrefetchL1Only{4096, 0};
+// Which of the two this CPU takes, decided once (see matmul.cpp for the measurements).
+bool gemv_prefetch_l1_only();
 Int8Format int8_format(GgmlType t);
 
 // A 64-byte aligned per-thread buffer of at least `bytes`, kept between calls (it only grows). `slot`

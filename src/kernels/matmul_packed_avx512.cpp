@@ -243,25 +243,6 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
 // the dependency chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f), and for Q4_K
 // f = fma(min_w, s_x, f).
 
-// Software prefetch of the packed GEMVs, in bytes ahead of the block being read, so that each core keeps
-// more misses in flight than the hardware prefetcher starts on its own (it stops at 4 KiB pages);
-// prefetchnta halved the speed. On a Sapphire Rapids Xeon (interleaved gem4_kernel_bench repetitions)
-// 2 KiB ahead into L1 was worth ~20 % on Q4_0 and 8 KiB ahead into L2 another ~7 % (2-4 % on Q8_0).
-struct GemvPrefetch {
-  size_t l1, l2;  // l2 0: no prefetch into L2
-};
-constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192};
-// Chosen once for the CPU. On a Zen 5 EPYC (each repetition paired with the read loop measured right
-// before and after it) the L2 prefetch cost, and 4 KiB ahead into L1 alone was the best of 1-8 KiB:
-// Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one barrier), Q8_0 +3 %, Q4_K +1 %.
-// The Q5_K/Q6_K kernel (bit planes) too, with the variants compiled in and alternated in one process
-// (40 rounds, 8192 x 2816): Q6_K +4-8 %, Q5_K +4 % (an earlier, unpaired test had it losing 5 %).
-constexpr GemvPrefetch kPrefetchL1Only{4096, 0};
-bool gemv_prefetch_l1_only() {
-  static const bool amd = cpu_features().amd;
-  return amd;
-}
-
 // The activation rows quantized per 32-element block, as the kernels below read them.
 struct PackedActivations {
   int8_t* q;         // [rows][nb][32]
@@ -271,9 +252,6 @@ struct PackedActivations {
   float* s;          // [rows][nb]: d * sum q, for the mins (see QuantizedBlock)
 };
 
-// The prefetch distances are template arguments: as constants they are displacements of the
-// prefetch instructions' addresses. Read from a variable, they cost GCC nine extra pointers, each
-// advanced once per block (two of them kept on the stack), ~20 % more instructions per Q4_0 block.
 template <class Fmt, int R, GemvPrefetch kPf>
 void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
                        int valid) {
@@ -461,34 +439,46 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   });
 }
 
-template <class Fmt>
+template <class Fmt, GemvPrefetch kPf>
 struct LegacyOrQ4KGemv {
   static constexpr int kOffset = Fmt::kOffset;
   static constexpr bool kSplitScales = false;
   static constexpr bool kActivationsQ8K = Fmt::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    if (gemv_prefetch_l1_only()) {
-      packed_gemv_panel<Fmt, R, kPrefetchL1Only>(pn, nb, act, y, ldy, valid);
-    } else {
-      packed_gemv_panel<Fmt, R, kPrefetchL1AndL2>(pn, nb, act, y, ldy, valid);
-    }
+    packed_gemv_panel<Fmt, R, kPf>(pn, nb, act, y, ldy, valid);
   }
 };
-template <class K>
+template <class K, GemvPrefetch kPf>
 struct PlanesGemv {
   static constexpr int kOffset = K::Dec::kOffset;
   static constexpr bool kSplitScales = K::Dec::kSplitScales;
   static constexpr bool kActivationsQ8K = K::Dec::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    if (gemv_prefetch_l1_only()) {
-      packed_planes_gemv_panel<K, R, kPrefetchL1Only>(pn, nb, act, y, ldy, valid);
-    } else {
-      packed_planes_gemv_panel<K, R, kPrefetchL1AndL2>(pn, nb, act, y, ldy, valid);
-    }
+    packed_planes_gemv_panel<K, R, kPf>(pn, nb, act, y, ldy, valid);
   }
 };
+
+template <GemvPrefetch kPf>
+void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
+                         ThreadPool* pool) {
+  switch (targets[0].w.type) {
+    case GgmlType::Q8_0:
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kPf>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q4_0:
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kPf>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q4_K:
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K, kPf>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q5_K:
+      return packed_gemv_run<PlanesGemv<PlanesQ5_K, kPf>>(targets, count, x, rows, ldx, pool);
+    case GgmlType::Q6_K:
+      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kPf>>(targets, count, x, rows, ldx, pool);
+    default:
+      throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") +
+                             ggml_type_name(targets[0].w.type));
+  }
+}
 
 }  // namespace
 
@@ -511,21 +501,9 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                                ThreadPool* pool) {
-  switch (targets[0].w.type) {
-    case GgmlType::Q8_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0>>(targets, count, x, rows, ldx, pool);
-    case GgmlType::Q4_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0>>(targets, count, x, rows, ldx, pool);
-    case GgmlType::Q4_K:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K>>(targets, count, x, rows, ldx, pool);
-    case GgmlType::Q5_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ5_K>>(targets, count, x, rows, ldx, pool);
-    case GgmlType::Q6_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ6_K>>(targets, count, x, rows, ldx, pool);
-    default:
-      throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") +
-                             ggml_type_name(targets[0].w.type));
-  }
+  if (gemv_prefetch_l1_only())
+    return packed_gemv_of_type<kPrefetchL1Only>(targets, count, x, rows, ldx, pool);
+  packed_gemv_of_type<kPrefetchL1AndL2>(targets, count, x, rows, ldx, pool);
 }
 
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
