@@ -50,7 +50,9 @@ class ThreadPool {
   bool stop_ = false;
   // How long an idle worker spins before sleeping. Longer spins gained nothing measurable on decode
   // (1 ms: 16.45 vs 16.13 t/s, within noise) and cost a lot when the cores are oversubscribed (a
-  // spinning worker burns the time slice the thread with work is waiting for).
+  // spinning worker burns the time slice the thread with work is waiting for). Having the spinning
+  // worker prefetch the next product's first 0.75-1.5 MB of weights while the calling thread does a
+  // layer's serial steps gained at most 1 % (26B-A4B decode, tokens alternated, within the noise).
   std::chrono::nanoseconds spin_ = std::chrono::microseconds(100);
 };
 

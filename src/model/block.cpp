@@ -177,6 +177,9 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
       std::copy_n(&buf_.expert_in[size_t(rows_of[e][r].first) * d], d, &buf_.ex_x[(offset[e] + r) * d]);
 
   // The dense down product and every expert's gate|up at one barrier, then every expert's down.
+  // For one row the experts' gate|up could be one shared-input product (one quantization of the row
+  // instead of one per hand-out), with the dense down moved to the last barrier: on a Zen 5, 26B-A4B
+  // Q4_0, tokens alternated between the two forms, the median pair was 0.998-1.003 (no gain).
   parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
     gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
   });
