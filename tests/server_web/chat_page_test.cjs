@@ -116,7 +116,7 @@ async function main() {
 
     // Stop: a long answer (end-of-turn tokens banned) stopped after its first chunk. The tiny model
     // writes its 8000 tokens in a few seconds, so on a slow or loaded machine the answer can end
-    // before the click lands ('done' with every token): then the stop was never tested, and the
+    // on its own before the click lands (state 'done'): then Stop was never exercised, and the
     // round is tried again (up to three times; a Stop that does nothing fails all three).
     await setValue('think', false);
     await setValue('max-tokens', '8000');
