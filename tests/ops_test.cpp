@@ -1,6 +1,6 @@
-// Element-wise ops on every kernel set this CPU runs (Scalar, Avx2, AvxVnni, Avx512): the f16-table
-// GELU against its one-at-a-time reference (bit for bit), softcap and softmax against std::tanh and
-// std::exp (within a few ulp; the two vector sets give the same bits), argmax against its plain loop,
+// Element-wise ops on every kernel set this CPU runs (Scalar, Avx2, AvxVnni, Avx512): RoPE against its
+// pair-at-a-time reference (bit for bit), the f16-table GELU against its one-at-a-time reference (bit for
+// bit), softcap and softmax against std::tanh and std::exp (within a few ulp; the two vector sets give the same bits), argmax against its plain loop,
 // RMSNorm against a long-double computation (and the same bits on every set), and the f16/bf16 bulk
 // conversions against the scalar functions of tensor/quant.h (bit for bit). Lengths cover empty, the
 // 8- and 16-lane bodies and every kind of tail.
@@ -370,6 +370,40 @@ TEST(Ops, ConvertMatchesScalarFunctions) {
       }
       ASSERT_EQ(h[n], 0x1234);
       ASSERT_EQ(b[n], 0x1234);
+    }
+  });
+}
+
+// RoPE on every set: bit for bit the pair-at-a-time reference, for head widths with and without a
+// vector tail, positions from 0 to past a long context, and factors of 1, ordinary and huge (proportional
+// RoPE). Two parameter sets at the same position alternate, as sliding and full layers do, so the kept
+// angles must be told apart by their factors and scale, not only by the position.
+TEST(Ops, RopeVectorisedMatchesReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_real_distribution<float> uni(0.5f, 4.0f);
+  for_each_isa([&](Isa) {
+    for (int64_t head_dim : {2, 6, 16, 32, 34, 64, 66, 128, 256, 512}) {
+      const int64_t half = head_dim / 2;
+      std::vector<float> ones(static_cast<size_t>(half), 1.0f), mixed(static_cast<size_t>(half));
+      for (int64_t i = 0; i < half; ++i) mixed[size_t(i)] = i % 3 == 0 ? 1e30f : uni(rng);
+      for (int64_t pos : {0, 1, 7, 4095, 131071}) {
+        for (int rep = 0; rep < 2; ++rep) {
+          for (const std::vector<float>* f : {&ones, &mixed}) {
+            const float scale = f == &ones ? 0.89f : 0.97f;
+            const int64_t heads = 3;
+            std::vector<float> x(size_t(heads * head_dim));
+            for (float& v : x) v = normal(rng);
+            std::vector<float> want = x;
+            rope_neox_reference(want.data(), heads, head_dim, pos, scale, f->data());
+            rope_neox(x.data(), heads, head_dim, pos, scale, f->data());
+            for (size_t i = 0; i < x.size(); ++i) {
+              ASSERT_TRUE(same_bits(x[i], want[i])) << "head_dim " << head_dim << " pos " << pos << " i " << i
+                                                    << ": " << x[i] << " vs " << want[i];
+            }
+          }
+        }
+      }
     }
   });
 }

@@ -27,6 +27,9 @@ struct LoadF32 {
     return _mm256_loadu_ps(static_cast<const float*>(row) + c);
   }
   static float one(const void* row, int64_t c) { return static_cast<const float*>(row)[c]; }
+  static const char* ptr(const void* row, int64_t c) {
+    return reinterpret_cast<const char*>(static_cast<const float*>(row) + c);
+  }
 };
 struct LoadF16 {
   static __m256 load(const void* row, int64_t c) {
@@ -34,6 +37,9 @@ struct LoadF16 {
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c)));
   }
   static float one(const void* row, int64_t c) { return fp16_to_fp32(static_cast<const uint16_t*>(row)[c]); }
+  static const char* ptr(const void* row, int64_t c) {
+    return reinterpret_cast<const char*>(static_cast<const uint16_t*>(row) + c);
+  }
 };
 struct LoadBF16 {
   static __m256 load(const void* row, int64_t c) {
@@ -42,6 +48,9 @@ struct LoadBF16 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
   }
   static float one(const void* row, int64_t c) { return bf16_to_fp32(static_cast<const uint16_t*>(row)[c]); }
+  static const char* ptr(const void* row, int64_t c) {
+    return reinterpret_cast<const char*>(static_cast<const uint16_t*>(row) + c);
+  }
 };
 struct LoadQ8_0 {
   static __m256 load(const void* row, int64_t c) {
@@ -53,7 +62,12 @@ struct LoadQ8_0 {
     const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[uint64_t(c) / kQK];
     return fp16_to_fp32(b.d) * float(b.qs[uint64_t(c) % kQK]);
   }
+  static const char* ptr(const void* row, int64_t c) {
+    return reinterpret_cast<const char*>(static_cast<const BlockQ8_0*>(row) + uint64_t(c) / kQK);
+  }
 };
+
+constexpr int64_t kValueAhead = 8;
 
 // H rows x 8 * NV columns starting at column d0: per output, one FMA per key in order of j from +0.
 template <class L, int H, int NV>
@@ -64,6 +78,10 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < nk; ++j) {
+    if (j + kValueAhead < nk) {  // see attention_ops_avx512.cpp
+      _mm_prefetch(L::ptr(v[j + kValueAhead], v_col + d0), _MM_HINT_T0);
+      _mm_prefetch(L::ptr(v[j + kValueAhead], v_col + d0 + 8 * NV - 1), _MM_HINT_T0);
+    }
     __m256 vv[NV];
 #pragma GCC unroll 2
     for (int c = 0; c < NV; ++c) vv[c] = L::load(v[j], v_col + d0 + 8 * c);

@@ -23,6 +23,10 @@ struct Columns {
   static __m512 load(const void* row, int64_t c, __mmask16 m) {
     return L::load(static_cast<const typename L::T*>(row) + c, m);
   }
+  // Where column c lies (for prefetching).
+  static const char* ptr(const void* row, int64_t c) {
+    return reinterpret_cast<const char*>(static_cast<const typename L::T*>(row) + c);
+  }
 };
 struct ColumnsQ8_0 {
   static __m512 load(const void* row, int64_t c, __mmask16 m) {
@@ -31,10 +35,15 @@ struct ColumnsQ8_0 {
     const __m128i q = _mm_maskz_loadu_epi8(m, b.qs + uint64_t(c) % kQK);
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_cvtsh_ss(b.d)));
   }
+  static const char* ptr(const void* row, int64_t c) {
+    return reinterpret_cast<const char*>(static_cast<const BlockQ8_0*>(row) + uint64_t(c) / kQK);
+  }
 };
 using LoadF32 = Columns<avx512_rows::LoadF32>;
 using LoadF16 = Columns<avx512_rows::LoadF16>;
 using LoadBF16 = Columns<avx512_rows::LoadBF16>;
+
+constexpr int64_t kValueAhead = 8;
 
 template <class L, int H>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0, int n,
@@ -45,6 +54,13 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nk; ++j) {
+    // The value rows lie a whole cache row apart (all KV heads), too far for the hardware prefetchers
+    // to follow; decode reads them from memory, not cache. Fetching the key kValueAhead on (both lines
+    // of an F32 tile) took 26B-A4B decode tokens ~1 % less time (tokens alternated, Zen 5).
+    if (j + kValueAhead < nk) {
+      _mm_prefetch(L::ptr(v[j + kValueAhead], v_col + d0), _MM_HINT_T0);
+      _mm_prefetch(L::ptr(v[j + kValueAhead], v_col + d0 + 31), _MM_HINT_T0);
+    }
     const __m512 v0 = L::load(v[j], v_col + d0, m0), v1 = L::load(v[j], v_col + d0 + 16, m1);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {

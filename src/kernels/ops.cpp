@@ -56,21 +56,82 @@ void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, f
   for (int64_t g = 0; g < n_groups; ++g) rmsnorm(x + g * group, w, group, eps, x + g * group);
 }
 
-void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
-               const float* factors) {
-  const int64_t half = head_dim / 2;
+namespace {
+
+// cos and sin of the pairs' angles for one position, as the reference computes them.
+void rope_angles(int64_t half, int64_t pos, float theta_scale, const float* factors, float* cos, float* sin) {
   float theta = float(pos);
   for (int64_t i = 0; i < half; ++i, theta *= theta_scale) {
     const float angle = theta / factors[i];
-    const float c = std::cos(angle), s = std::sin(angle);
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + h * head_dim;
+    cos[i] = std::cos(angle), sin[i] = std::sin(angle);
+  }
+}
+
+void rope_rotate_reference(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
       const float a = v[i], b = v[i + half];
-      const float bs = b * s, bc = b * c;  // rounded products: llama.cpp's FMA build fuses only a's
-      v[i] = std::fma(a, c, -bs);
-      v[i + half] = std::fma(a, s, bc);
+      const float bs = b * sin[i], bc = b * cos[i];  // rounded products: llama.cpp's FMA build fuses only a's
+      v[i] = std::fma(a, cos[i], -bs);
+      v[i + half] = std::fma(a, sin[i], bc);
     }
   }
+}
+
+// The last few positions' angles, per thread: a decode step turns the queries and keys of every layer at
+// one position with one or two sets of parameters (sliding and full layers), so the 2 x 128 cos/sin
+// calls per layer become one set per parameters. The key compares the factors' values, not their
+// address, since each layer has its own copy.
+struct RopeAngles {
+  int64_t pos = -1, half = 0;
+  float theta_scale = 0;
+  std::vector<float> factors, cos, sin;
+};
+
+const RopeAngles& angles_for(int64_t half, int64_t pos, float theta_scale, const float* factors) {
+  constexpr int kEntries = 4;
+  thread_local RopeAngles cache[kEntries];
+  thread_local int next = 0;
+  for (const RopeAngles& e : cache) {
+    if (e.pos == pos && e.half == half && e.theta_scale == theta_scale &&
+        std::equal(e.factors.begin(), e.factors.end(), factors))
+      return e;
+  }
+  RopeAngles& e = cache[next];
+  next = (next + 1) % kEntries;
+  e.pos = pos, e.half = half, e.theta_scale = theta_scale;
+  e.factors.assign(factors, factors + half), e.cos.resize(size_t(half)), e.sin.resize(size_t(half));
+  rope_angles(half, pos, theta_scale, factors, e.cos.data(), e.sin.data());
+  return e;
+}
+
+}  // namespace
+
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
+               const float* factors) {
+  const RopeAngles& a = angles_for(head_dim / 2, pos, theta_scale, factors);
+  switch (active_isa()) {
+#if defined(__x86_64__)
+    case Isa::Avx512:
+      return ops_avx512::rope_rotate(x, n_heads, head_dim, a.cos.data(), a.sin.data());
+    case Isa::Avx2:
+    case Isa::AvxVnni:
+      return ops_avx2::rope_rotate(x, n_heads, head_dim, a.cos.data(), a.sin.data());
+#endif
+    default:
+      break;  // AArch64: the plain loop, which the compiler vectorises with its fused multiply-adds
+  }
+  rope_rotate_reference(x, n_heads, head_dim, a.cos.data(), a.sin.data());
+}
+
+void rope_neox_reference(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
+                         const float* factors) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+  rope_angles(half, pos, theta_scale, factors, c.data(), s.data());
+  rope_rotate_reference(x, n_heads, head_dim, c.data(), s.data());
 }
 
 float gelu_tanh(float x) {

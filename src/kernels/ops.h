@@ -1,5 +1,5 @@
 // Element-wise and row-wise operations of a transformer, in f32. Plain implementations (they are cheap
-// next to the matrix products), except RMSNorm, the f16-table GELU, softmax, softcap and argmax, which
+// next to the matrix products), except RMSNorm, RoPE, the f16-table GELU, softmax, softcap and argmax, which
 // pick a vectorised version for the active kernel set at run time (active_isa(): 8 lanes for Avx2 and
 // AvxVnni, 16 for Avx512; Scalar runs the references).
 #pragma once
@@ -18,8 +18,12 @@ void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, f
 // theta_0 = pos and theta_{i+1} = theta_i * theta_scale, rounded at every step (theta_scale =
 // base^(-2/n_rot)); factors has head_dim/2 divisors (1 for none; proportional RoPE's huge ones leave
 // a pair all but unturned). (a, b) -> (fma(a, cos, -(b sin)), fma(a, sin, b cos)).
+// Vectorised on the x86 sets (the same bits; the angles of the last few positions kept per thread).
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
                const float* factors);
+// The same, computed from scratch one pair at a time (what the vectorised version is tested against).
+void rope_neox_reference(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
+                         const float* factors);
 
 // GELU, tanh approximation (PyTorch's gelu_pytorch_tanh).
 float gelu_tanh(float x);

@@ -200,4 +200,26 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
   }
 }
 
+// As ops_avx512.cpp's, 8 pairs at a time and the last few one by one.
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* lo = x + h * head_dim;
+    float* hi = lo + half;
+    int64_t i = 0;
+    for (; i + 8 <= half; i += 8) {
+      const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+      const __m256 a = _mm256_loadu_ps(lo + i), b = _mm256_loadu_ps(hi + i);
+      _mm256_storeu_ps(lo + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+      _mm256_storeu_ps(hi + i, _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+    }
+    for (; i < half; ++i) {
+      const float a = lo[i], b = hi[i];
+      const float bs = b * sin[i], bc = b * cos[i];
+      lo[i] = std::fma(a, cos[i], -bs);
+      hi[i] = std::fma(a, sin[i], bc);
+    }
+  }
+}
+
 }  // namespace gem4::ops_avx2

@@ -183,4 +183,21 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {
   }
 }
 
+// Every pair of every head: (a, b) -> (fma(a, cos, -(b sin)), fma(a, sin, b cos)), the reference's
+// roundings (the products b sin and b cos rounded, then one fused step each).
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* lo = x + h * head_dim;
+    float* hi = lo + half;
+    for (int64_t i = 0; i < half; i += 16) {
+      const __mmask16 m = tail_mask(half, i);
+      const __m512 c = _mm512_maskz_loadu_ps(m, cos + i), s = _mm512_maskz_loadu_ps(m, sin + i);
+      const __m512 a = _mm512_maskz_loadu_ps(m, lo + i), b = _mm512_maskz_loadu_ps(m, hi + i);
+      _mm512_mask_storeu_ps(lo + i, m, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
+      _mm512_mask_storeu_ps(hi + i, m, _mm512_fmadd_ps(a, s, _mm512_mul_ps(b, c)));
+    }
+  }
+}
+
 }  // namespace gem4::ops_avx512

@@ -23,6 +23,7 @@ void softmax(float* x, int64_t n);
 void softcap(float* x, int64_t n, float cap);
 int64_t argmax_finite(const float* x, int64_t n);
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin);
 }  // namespace ops_avx2
 
 namespace ops_avx512 {  // ops_avx512.cpp: 16 lanes, masked tails
@@ -31,6 +32,7 @@ void softmax(float* x, int64_t n);
 void softcap(float* x, int64_t n, float cap);
 int64_t argmax_finite(const float* x, int64_t n);
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin);
 }  // namespace ops_avx512
 
 namespace convert_avx2 {  // convert_avx2.cpp: F16C (and AVX2 for BF16), 8 values per instruction
