@@ -729,6 +729,42 @@ TEST(Matmul, GroupMatchesSeparateCalls) {
   EXPECT_THROW(matmul_group(nullptr, -1, &pool), std::invalid_argument);
 }
 
+// One decode row read by every job of a group (a MoE layer's experts), as the kernels may quantize it
+// once per thread and group: bit for bit the separate calls, with types of different activation
+// formats and a narrower matrix reading the same row's first half mixed in one group, and the row
+// rewritten between two groups at the same address (nothing kept from one group may reach the next).
+TEST(Matmul, GroupSharedInputMatchesSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t in = 512;
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
+                            GgmlType::Q5_K, GgmlType::Q4_0, GgmlType::Q8_0};
+  std::vector<Weights> ws;
+  for (size_t j = 0; j < std::size(types); ++j)
+    ws.push_back(make_weights(types[j], 160 + 32 * int64_t(j % 3), j == 5 ? in / 2 : in, uint32_t(50 + j)));
+  for (Isa isa : available_isas()) {
+    IsaOverride o(isa);
+    std::vector<float> x = make_activations(1, in, in, 60);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<MatmulJob> jobs;
+      std::vector<std::vector<float>> ys;
+      for (const Weights& w : ws) ys.emplace_back(w.out, kSentinel);
+      for (size_t j = 0; j < ws.size(); ++j) {
+        const MatrixView v = ws[j].views(isa).back();
+        jobs.push_back({v, x.data(), 1, in, ys[j].data(), v.out});
+      }
+      matmul_group(jobs.data(), int(jobs.size()), &pool);
+      for (const MatmulJob& job : jobs) {
+        std::vector<float> want(size_t(job.w.out), kSentinel);
+        matmul(job.w, job.x, 1, job.ldx, want.data(), job.w.out, nullptr);
+        ASSERT_EQ(0, std::memcmp(want.data(), job.y, want.size() * sizeof(float)))
+            << ggml_type_name(job.w.type) << " in=" << job.w.in << " isa=" << isa_name(isa) << " round "
+            << round << (job.w.packed ? " packed" : "");
+      }
+      for (float& v : x) v = -0.5f * v + 0.25f;  // the same buffer, new values, for the next group
+    }
+  }
+}
+
 // The vdpbf16ps kernels, wherever the CPU has them (Auto may leave them off, see matmul.h): the same
 // sweeps as above against the bf16-activation reference, and batch invariance between the streaming
 // and the GEMM kernel.

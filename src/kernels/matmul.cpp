@@ -221,7 +221,13 @@ void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
     const int64_t out = jobs[j].rows > 0 ? jobs[j].w.out : 0;
     first[j + 1] = first[j] + (out + kPackedPanelRows - 1) / kPackedPanelRows;
   }
+  static std::atomic<uint64_t> next_group{1};
+  const uint64_t group = next_group.fetch_add(1, std::memory_order_relaxed);
   pool->parallel_for_guided(first[count], 2, [&](int64_t b, int64_t e, int) {
+    struct InGroup {  // this thread runs the group's pieces until the end of the hand-out
+      explicit InGroup(uint64_t g) { matmul_detail::set_group_on_this_thread(g); }
+      ~InGroup() { matmul_detail::set_group_on_this_thread(0); }
+    } in_group(group);
     int j = int(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     for (; j < count && first[j] < e; ++j) {
       const MatmulJob& t = jobs[j];
@@ -270,6 +276,13 @@ Int8Format int8_format(GgmlType t) {
       throw std::logic_error(std::string("int8_format: not an 8-bit-activation type: ") + ggml_type_name(t));
   }
 }
+
+namespace {
+thread_local uint64_t t_group = 0;
+}  // namespace
+
+uint64_t group_on_this_thread() { return t_group; }
+void set_group_on_this_thread(uint64_t group) { t_group = group; }
 
 void* thread_scratch(ScratchSlot slot, size_t bytes) {
   struct Buffer {

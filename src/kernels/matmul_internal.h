@@ -37,8 +37,17 @@ Int8Format int8_format(GgmlType t);
 
 // A 64-byte aligned per-thread buffer of at least `bytes`, kept between calls (it only grows). `slot`
 // tells apart buffers in use at the same time; valid until the next call with that slot on this thread.
-enum ScratchSlot { kSlotActivations = 0, kSlotPanel = 1, kSlotRows = 2, kSlotCount = 3 };
+// kSlotGroupInput: the packed decode GEMV's quantized input inside matmul_group (see below), which no
+// other kernel writes.
+enum ScratchSlot { kSlotActivations = 0, kSlotPanel = 1, kSlotRows = 2, kSlotGroupInput = 3, kSlotCount = 4 };
 void* thread_scratch(ScratchSlot slot, size_t bytes);
+
+// The id of the matmul_group whose products this thread is running, 0 outside one. A group's inputs do
+// not change while it runs, so a kernel may quantize an input once per thread and group and reuse it for
+// the group's other pieces on the same input (matmul_group hands out pieces of its jobs, each through
+// matmul(), and one row's gate|up of eight experts is one input).
+uint64_t group_on_this_thread();
+void set_group_on_this_thread(uint64_t group);
 
 // The GGUF-layout implementations behind matmul() (the 256-bit sets' packed int8 kernels are declared
 // below); arguments already validated, rows >= 1, out >= 1.

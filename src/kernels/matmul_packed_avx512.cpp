@@ -379,6 +379,16 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
   }
 }
 
+// What kSlotGroupInput holds on this thread: the input it was quantized from, in which group and format.
+struct HeldInput {
+  uint64_t group = 0;
+  const float* x = nullptr;
+  int64_t rows = 0, ldx = 0, nb = 0;
+  int format = 0;
+  bool operator==(const HeldInput&) const = default;
+};
+thread_local HeldInput held_group_input;
+
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
 // one or more products of them (matmul_shared_input: q/k/v, gate/up), numbered product after product.
 // Kernel: kOffset, kSplitScales and panel<R>(panel, nb, act, y, ldy, valid) for R = 1..4 rows.
@@ -387,14 +397,23 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
                      ThreadPool* pool) {
   const int64_t nb = targets[0].w.in / kQK;
   const size_t meta = size_t(rows * nb);
-  auto* buf = static_cast<uint8_t*>(thread_scratch(kSlotActivations, meta * (kQK + 16)));
+  // Inside matmul_group the quantized input is kept for the group's next piece on the same input
+  // (held_group_input). 26B-A4B decode quantized each row ~20 times per group.
+  constexpr int kFormat =
+      int(Kernel::kActivationsQ8K) | int(Kernel::kSplitScales) << 1 | Kernel::kOffset << 2;
+  const uint64_t group = group_on_this_thread();
+  auto* buf =
+      static_cast<uint8_t*>(thread_scratch(group ? kSlotGroupInput : kSlotActivations, meta * (kQK + 16)));
   PackedActivations act;
   act.q = reinterpret_cast<int8_t*>(buf);
   act.d = reinterpret_cast<float*>(buf + meta * kQK);
   act.init = reinterpret_cast<int32_t*>(act.d + meta);
   act.init_hi = act.init + meta;
   act.s = reinterpret_cast<float*>(act.init_hi + meta);
-  for (int64_t r = 0; r < rows; ++r) {
+  const HeldInput input{group, x, rows, ldx, nb, kFormat};
+  const bool have = group != 0 && held_group_input == input;
+  if (group != 0) held_group_input = input;
+  for (int64_t r = 0; r < rows && !have; ++r) {
     quantize_row_blocks<Kernel::kActivationsQ8K>(x + r * ldx, nb, act.q + r * nb * kQK, kQK,
                                                  [&](int64_t b, const QuantizedBlock& qb) {
                                                    const size_t m = size_t(r * nb + b);

@@ -172,9 +172,12 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
   const size_t total = size_t(offset[E]);
   buf_.ex_x.resize(total * d), buf_.ex_gu.resize(total * 2 * fe);
   buf_.ex_act.resize(total * fe), buf_.ex_y.resize(total * d);
+  // An expert with one row reads it in place (decode: every expert reads the same row, which the
+  // kernels then quantize once per thread for the whole group); others read their rows gathered.
   for (int e : used)
-    for (size_t r = 0; r < rows_of[e].size(); ++r)
-      std::copy_n(&buf_.expert_in[size_t(rows_of[e][r].first) * d], d, &buf_.ex_x[(offset[e] + r) * d]);
+    if (rows_of[e].size() > 1)
+      for (size_t r = 0; r < rows_of[e].size(); ++r)
+        std::copy_n(&buf_.expert_in[size_t(rows_of[e][r].first) * d], d, &buf_.ex_x[(offset[e] + r) * d]);
 
   // The dense down product and every expert's gate|up at one barrier, then every expert's down.
   // For one row the experts' gate|up could be one shared-input product (one quantization of the row
@@ -187,7 +190,8 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
   jobs.reserve(2 * used.size() + 1);
   jobs.push_back({lw.ffn_down, buf_.act.data(), n, ff, buf_.dense.data(), d});
   for (int e : used) {
-    const float* x = &buf_.ex_x[size_t(offset[e]) * d];
+    const float* x = rows_of[e].size() == 1 ? &buf_.expert_in[size_t(rows_of[e][0].first) * d]
+                                            : &buf_.ex_x[size_t(offset[e]) * d];
     float* gu = &buf_.ex_gu[size_t(offset[e]) * 2 * fe];
     const int64_t m = int64_t(rows_of[e].size());
     if (!lw.expert_gate_up.empty()) {
