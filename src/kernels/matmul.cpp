@@ -284,6 +284,11 @@ thread_local uint64_t t_group = 0;
 uint64_t group_on_this_thread() { return t_group; }
 void set_group_on_this_thread(uint64_t group) { t_group = group; }
 
+HeldInput& held_group_input() {
+  thread_local HeldInput held;
+  return held;
+}
+
 void* thread_scratch(ScratchSlot slot, size_t bytes) {
   struct Buffer {
     std::unique_ptr<uint8_t[]> storage;

@@ -48,6 +48,16 @@ void* thread_scratch(ScratchSlot slot, size_t bytes);
 // matmul(), and one row's gate|up of eight experts is one input).
 uint64_t group_on_this_thread();
 void set_group_on_this_thread(uint64_t group);
+// What kSlotGroupInput holds on this thread: the input it was quantized from, in which group, and in
+// which kernel's format (`format`: a tag of the kernel file's layout and the format's offsets).
+struct HeldInput {
+  uint64_t group = 0;
+  const float* x = nullptr;
+  int64_t rows = 0, ldx = 0, nb = 0;
+  int format = 0;
+  bool operator==(const HeldInput&) const = default;
+};
+HeldInput& held_group_input();
 
 // The GGUF-layout implementations behind matmul() (the 256-bit sets' packed int8 kernels are declared
 // below); arguments already validated, rows >= 1, out >= 1.

@@ -379,16 +379,6 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
   }
 }
 
-// What kSlotGroupInput holds on this thread: the input it was quantized from, in which group and format.
-struct HeldInput {
-  uint64_t group = 0;
-  const float* x = nullptr;
-  int64_t rows = 0, ldx = 0, nb = 0;
-  int format = 0;
-  bool operator==(const HeldInput&) const = default;
-};
-thread_local HeldInput held_group_input;
-
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
 // one or more products of them (matmul_shared_input: q/k/v, gate/up), numbered product after product.
 // Kernel: kOffset, kSplitScales and panel<R>(panel, nb, act, y, ldy, valid) for R = 1..4 rows.
@@ -400,7 +390,7 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   // Inside matmul_group the quantized input is kept for the group's next piece on the same input
   // (held_group_input). 26B-A4B decode quantized each row ~20 times per group.
   constexpr int kFormat =
-      int(Kernel::kActivationsQ8K) | int(Kernel::kSplitScales) << 1 | Kernel::kOffset << 2;
+      1 << 16 | int(Kernel::kActivationsQ8K) | int(Kernel::kSplitScales) << 1 | Kernel::kOffset << 2;
   const uint64_t group = group_on_this_thread();
   auto* buf =
       static_cast<uint8_t*>(thread_scratch(group ? kSlotGroupInput : kSlotActivations, meta * (kQK + 16)));
@@ -411,8 +401,9 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   act.init_hi = act.init + meta;
   act.s = reinterpret_cast<float*>(act.init_hi + meta);
   const HeldInput input{group, x, rows, ldx, nb, kFormat};
-  const bool have = group != 0 && held_group_input == input;
-  if (group != 0) held_group_input = input;
+  HeldInput& held = held_group_input();
+  const bool have = group != 0 && held == input;
+  if (group != 0) held = input;
   for (int64_t r = 0; r < rows && !have; ++r) {
     quantize_row_blocks<Kernel::kActivationsQ8K>(x + r * ldx, nb, act.q + r * nb * kQK, kQK,
                                                  [&](int64_t b, const QuantizedBlock& qb) {
