@@ -1,9 +1,9 @@
 // Element-wise ops on every kernel set this CPU runs (Scalar, Avx2, AvxVnni, Avx512): RoPE against its
 // pair-at-a-time reference (bit for bit), the f16-table GELU against its one-at-a-time reference (bit for
-// bit), softcap and softmax against std::tanh and std::exp (within a few ulp; the two vector sets give the same bits), argmax against its plain loop,
-// RMSNorm against a long-double computation (and the same bits on every set), and the f16/bf16 bulk
-// conversions against the scalar functions of tensor/quant.h (bit for bit). Lengths cover empty, the
-// 8- and 16-lane bodies and every kind of tail.
+// bit), softcap and softmax against std::tanh and std::exp (within a few ulp; the two vector sets give the
+// same bits), argmax against its plain loop, RMSNorm against a long-double computation (and the same bits
+// on every set), and the f16/bf16 bulk conversions against the scalar functions of tensor/quant.h (bit for
+// bit). Lengths cover empty, the 8- and 16-lane bodies and every kind of tail.
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
