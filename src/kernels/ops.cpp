@@ -121,7 +121,7 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float t
       return ops_avx2::rope_rotate(x, n_heads, head_dim, a.cos.data(), a.sin.data());
 #endif
     default:
-      break;  // AArch64: the plain loop, which the compiler vectorises with its fused multiply-adds
+      break;  // Scalar and AArch64 (whose base set has the fused multiply-add): the plain loop
   }
   rope_rotate_reference(x, n_heads, head_dim, a.cos.data(), a.sin.data());
 }

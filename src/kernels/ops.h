@@ -18,7 +18,7 @@ void rmsnorm_groups(float* x, const float* w, int64_t n_groups, int64_t group, f
 // theta_0 = pos and theta_{i+1} = theta_i * theta_scale, rounded at every step (theta_scale =
 // base^(-2/n_rot)); factors has head_dim/2 divisors (1 for none; proportional RoPE's huge ones leave
 // a pair all but unturned). (a, b) -> (fma(a, cos, -(b sin)), fma(a, sin, b cos)).
-// Vectorised on the x86 sets (the same bits; the angles of the last few positions kept per thread).
+// Vectorised on the x86 sets (the same bits); the angles of the last few positions are kept per thread.
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, float theta_scale,
                const float* factors);
 // The same, computed from scratch one pair at a time (what the vectorised version is tested against).
