@@ -281,12 +281,23 @@ namespace {
 thread_local uint64_t t_group = 0;
 }  // namespace
 
-uint64_t group_on_this_thread() { return t_group; }
 void set_group_on_this_thread(uint64_t group) { t_group = group; }
 
-HeldInput& held_group_input() {
-  thread_local HeldInput held;
-  return held;
+GroupInput group_input(const float* x, int64_t rows, int64_t ldx, int64_t nb, int format) {
+  if (t_group == 0) return GroupInput::Outside;
+  // What kSlotGroupInput holds on this thread: the input it was quantized from, in which group and format.
+  struct Held {
+    uint64_t group;
+    const float* x;
+    int64_t rows, ldx, nb;
+    int format;
+    bool operator==(const Held&) const = default;
+  };
+  thread_local Held held{};
+  const Held want{t_group, x, rows, ldx, nb, format};
+  if (held == want) return GroupInput::Held;
+  held = want;
+  return GroupInput::Fresh;
 }
 
 void* thread_scratch(ScratchSlot slot, size_t bytes) {

@@ -42,22 +42,16 @@ Int8Format int8_format(GgmlType t);
 enum ScratchSlot { kSlotActivations = 0, kSlotPanel = 1, kSlotRows = 2, kSlotGroupInput = 3, kSlotCount = 4 };
 void* thread_scratch(ScratchSlot slot, size_t bytes);
 
-// The id of the matmul_group whose products this thread is running, 0 outside one. A group's inputs do
-// not change while it runs, so a kernel may quantize an input once per thread and group and reuse it for
-// the group's other pieces on the same input (matmul_group hands out pieces of its jobs, each through
-// matmul(), and one row's gate|up of eight experts is one input).
-uint64_t group_on_this_thread();
+// matmul_group marks the threads running its pieces (0: none). A group's inputs do not change while it
+// runs, so a decode GEMV may quantize an input once per thread and group and reuse it for the group's
+// other pieces on the same input (matmul_group hands out pieces of its jobs, each through matmul(), and
+// one row's gate|up of eight experts is one input).
 void set_group_on_this_thread(uint64_t group);
-// What kSlotGroupInput holds on this thread: the input it was quantized from, in which group, and in
-// which kernel's format (`format`: a tag of the kernel file's layout and the format's offsets).
-struct HeldInput {
-  uint64_t group = 0;
-  const float* x = nullptr;
-  int64_t rows = 0, ldx = 0, nb = 0;
-  int format = 0;
-  bool operator==(const HeldInput&) const = default;
-};
-HeldInput& held_group_input();
+// Where a decode GEMV quantizes its input x [rows, ldx] of nb blocks in `format` (a tag of the kernel
+// file's layout and the format's offsets): outside a group into kSlotActivations (Outside); inside one
+// into kSlotGroupInput, which either holds it already (Held) or is to be filled now (Fresh).
+enum class GroupInput { Outside, Fresh, Held };
+GroupInput group_input(const float* x, int64_t rows, int64_t ldx, int64_t nb, int format);
 
 // The GGUF-layout implementations behind matmul() (the 256-bit sets' packed int8 kernels are declared
 // below); arguments already validated, rows >= 1, out >= 1.

@@ -388,23 +388,19 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   const int64_t nb = targets[0].w.in / kQK;
   const size_t meta = size_t(rows * nb);
   // Inside matmul_group the quantized input is kept for the group's next piece on the same input
-  // (held_group_input). 26B-A4B decode quantized each row ~20 times per group.
+  // (group_input). 26B-A4B decode quantized each row ~20 times per group.
   constexpr int kFormat =
       1 << 16 | int(Kernel::kActivationsQ8K) | int(Kernel::kSplitScales) << 1 | Kernel::kOffset << 2;
-  const uint64_t group = group_on_this_thread();
-  auto* buf =
-      static_cast<uint8_t*>(thread_scratch(group ? kSlotGroupInput : kSlotActivations, meta * (kQK + 16)));
+  const GroupInput where = group_input(x, rows, ldx, nb, kFormat);
+  auto* buf = static_cast<uint8_t*>(
+      thread_scratch(where == GroupInput::Outside ? kSlotActivations : kSlotGroupInput, meta * (kQK + 16)));
   PackedActivations act;
   act.q = reinterpret_cast<int8_t*>(buf);
   act.d = reinterpret_cast<float*>(buf + meta * kQK);
   act.init = reinterpret_cast<int32_t*>(act.d + meta);
   act.init_hi = act.init + meta;
   act.s = reinterpret_cast<float*>(act.init_hi + meta);
-  const HeldInput input{group, x, rows, ldx, nb, kFormat};
-  HeldInput& held = held_group_input();
-  const bool have = group != 0 && held == input;
-  if (group != 0) held = input;
-  for (int64_t r = 0; r < rows && !have; ++r) {
+  for (int64_t r = 0; r < rows && where != GroupInput::Held; ++r) {
     quantize_row_blocks<Kernel::kActivationsQ8K>(x + r * ldx, nb, act.q + r * nb * kQK, kQK,
                                                  [&](int64_t b, const QuantizedBlock& qb) {
                                                    const size_t m = size_t(r * nb + b);
