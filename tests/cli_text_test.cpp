@@ -281,6 +281,33 @@ TEST(CliBench, RooflineWithTheAvx2SetMeasuresAvx2Peaks) {
   EXPECT_NE(r.out.find("read (avx2: 256-bit loads) "), std::string::npos) << r.out;
 }
 
+// `gem4 bench --products`: one table per decode test and variant, its shares adding up to the whole of
+// the products' time; a prompt-only test gets none.
+TEST(CliBench, ProductsTableSharesAddUp) {
+  const CommandResult r = gem4("bench --preset tiny -p 16,0 -n 0,4 -r 2 --prune 1 --products");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const size_t at = r.out.find("decode products, tg4 prune=1");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("decode products, pp16"), std::string::npos) << r.out;
+  std::istringstream lines(r.out.substr(at));
+  std::string line;
+  double share = 0;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("| ", 0) != 0 || line.rfind("| products", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string c; std::getline(row, c, '|');) cells.push_back(c);
+    ASSERT_EQ(cells.size(), 6u) << line;  // "", kind, per token, share, MiB, GB/s
+    EXPECT_GT(std::stod(cells[2]), 0.0) << line;
+    EXPECT_GT(std::stod(cells[5]), 0.0) << line;  // GB/s (the tiny model's MiB per token round to 0)
+    share += std::stod(cells[3]);
+    ++rows;
+  }
+  EXPECT_GT(rows, 2);
+  EXPECT_NEAR(share, 100.0, 0.1 * rows) << r.out;  // each share rounded to 0.1 %
+}
+
 // inspect names the file type llama.cpp wrote into the file; bench names a model by it.
 TEST(CliInspect, NamesTheFileType) {
   const std::string path = gem4::test::testdata("llamacpp-ref/gemma4-tiny-q8_0.gguf");

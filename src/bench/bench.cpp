@@ -31,6 +31,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// --products: one markdown table of a decode run's products, slowest share first. GB/s is the
+// weight bytes over the time inside those products (both threads' work, end-of-product waits
+// included), comparable with the roofline's "GB/s inside them".
+std::string products_table(const std::string& title, const ProductBreakdown& b, double tokens) {
+  std::vector<std::pair<std::string, ProductTime>> rows(b.begin(), b.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+  double total = 0;
+  for (const auto& [kind, t] : rows) total += t.seconds;
+  std::string out = "\ndecode products, " + title + " (" + std::to_string(int64_t(tokens)) +
+                    " tokens; the first product at each barrier and how many ran there):\n"
+                    "| products | per token | share of the products' time | weight MiB per token | GB/s |\n"
+                    "|---|---:|---:|---:|---:|\n";
+  char line[256];
+  for (const auto& [kind, t] : rows) {
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.1f %% | %.2f | %.2f |\n", kind.c_str(),
+                  double(t.calls) / tokens, total > 0 ? 100 * t.seconds / total : 0.0,
+                  t.weight_bytes / tokens / (1 << 20),
+                  t.seconds > 0 ? t.weight_bytes / t.seconds / 1e9 : 0.0);
+    out += line;
+  }
+  return out;
+}
+
 struct TestSpec {
   int n_prompt = 0, n_gen = 0, n_depth = 0;
   std::string name() const {
@@ -121,6 +145,9 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-md,--model-draft", "FILE", "drafter for --spec: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
   a.value("--draft-max", "N", "most drafted tokens per round", "3");
   a.flag("--draft-adaptive", "tune the draft length from acceptance and measured step costs");
+  a.flag("--products",
+         "after the results, a table per -n test and variant of where the decode time went: the matrix "
+         "products by kind (type, shape, how many at one barrier), their share of the time and GB/s");
   a.flag("--roofline",
          "measure this machine's int8/bf16/fp32 peaks and read bandwidth with the running kernel set's "
          "instructions (GEM4_ISA); report fractions");
@@ -274,6 +301,7 @@ int cmd_bench(int argc, char** argv, int first) {
   }
 
   std::vector<bench::Result> results;
+  std::vector<std::string> product_tables;  // --products
   const uint64_t seed = uint64_t(a.integer("--seed"));
   const size_t total_runs = tests.size() * variants.size() * size_t(reps);
   size_t done_runs = 0;
@@ -292,6 +320,8 @@ int cmd_bench(int argc, char** argv, int first) {
       // right after it (their mean), so a drift of the host between repetitions does not count.
       std::vector<double> paired_bandwidth_fracs;
       bool flops_unmeasured = false;
+      ProductBreakdown decode_products;  // --products: the measured repetitions' decode products
+      double decode_tokens = 0;
     };
     std::vector<VariantRun> runs;
     for (const auto& variant : variants) {
@@ -382,6 +412,7 @@ int cmd_bench(int argc, char** argv, int first) {
           spec_ts = run.stats.decode_tokens_per_s();
           v.flops_unmeasured = true;  // the session's own passes (target and drafter) are not counted
         } else {
+          if (a.on("--products") && !warm) fwd.breakdown = &v.decode_products, v.decode_tokens += n_gen;
           for (int g = 0; g < n_gen; ++g) {
             out.clear();
             fwd.run({{last, pos, 0, true, false}}, kv, out);
@@ -389,6 +420,7 @@ int cmd_bench(int argc, char** argv, int first) {
             last = int32_t(std::max<int64_t>(0, argmax_finite(lg, out.n_vocab)));
             pos++;
           }
+          fwd.breakdown = nullptr;
         }
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
         const double gsecs = std::chrono::duration<double>(Clock::now() - t_gen).count();
@@ -446,6 +478,11 @@ int cmd_bench(int argc, char** argv, int first) {
         }
       }
       results.push_back(r);
+      if (v.decode_tokens > 0) {
+        std::string variant;
+        for (const auto& [k, val] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + val;
+        product_tables.push_back(products_table(r.test + " " + variant, v.decode_products, v.decode_tokens));
+      }
     }
   }
 
@@ -514,6 +551,7 @@ int cmd_bench(int argc, char** argv, int first) {
           " one measured right before and after each repetition; then the share of that time spent\n"
           " inside the matrix products and the bandwidth they reach while running)\n");
     }
+    for (const std::string& t : product_tables) std::printf("%s", t.c_str());
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s)\n",
                 human_bytes(double(peak_rss_bytes())).c_str(), human_bytes(double(kv.bytes())).c_str(),
                 kv_type_name(kv_type), max_ctx, human_bytes(double(model->packed.bytes())).c_str(),

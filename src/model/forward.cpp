@@ -66,8 +66,11 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
     macs = run_products(targets, count, x, rows, ldx, pool_);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (int j = 0; j < count; ++j) count_weight_bytes(targets[j].w);
+  double bytes = 0;
+  for (int j = 0; j < count; ++j) bytes += weight_bytes_of(targets[j].w);
+  stats.weight_bytes += bytes;
   count_product_time(secs, macs, rows > 4 && ggml_block_elems(targets[0].w.type) > 1);
+  add_to_breakdown(targets[0].w, count, secs, bytes);
 }
 
 void Forward::matmul_group(const MatmulJob* jobs, int count) {
@@ -89,15 +92,18 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
     }
     if (!rest.empty()) run_group(rest.data(), int(rest.size()), pool_);
   }
+  double bytes = 0;
   for (int j = 0; j < count; ++j) {
     const MatmulJob& t = jobs[j];
     if (t.rows <= 0) continue;
     const double m = double(t.w.in) * double(t.w.out) * double(t.rows);
     macs += m;
     if (t.rows > 4 && ggml_block_elems(t.w.type) > 1) gemm_macs += m;
-    count_weight_bytes(t.w);
+    bytes += weight_bytes_of(t.w);
   }
+  stats.weight_bytes += bytes;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (count > 0) add_to_breakdown(jobs[0].w, count, secs, bytes);
   stats.matmul_seconds += secs;
   stats.matmul_macs += macs;
   // The GEMM jobs' share of the time, in proportion to their multiply-adds.
@@ -107,11 +113,21 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
   }
 }
 
-void Forward::count_weight_bytes(const MatrixView& w) {
+double Forward::weight_bytes_of(const MatrixView& w) const {
   // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
   // GGUF tensor), else the tensor.
-  stats.weight_bytes +=
-      reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+  return reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+}
+
+void Forward::add_to_breakdown(const MatrixView& first, int count, double secs, double bytes) {
+  if (!breakdown) return;
+  std::string kind = std::string(ggml_type_name(first.type)) + " " + std::to_string(first.out) + "x" +
+                     std::to_string(first.in);
+  if (count > 1) kind += " (" + std::to_string(count) + ")";
+  ProductTime& t = (*breakdown)[kind];
+  t.seconds += secs;
+  t.weight_bytes += bytes;
+  t.calls++;
 }
 
 void Forward::count_product_time(double secs, double macs, bool int8_gemm) {

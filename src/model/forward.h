@@ -1,6 +1,8 @@
 // The Gemma 4 forward pass (spec section 2), executing a plan (model/batch.h) over micro-batches.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "model/batch.h"
@@ -42,6 +44,16 @@ struct ForwardStats {
   void reset() { *this = ForwardStats(); }
 };
 
+// Time and weight bytes of the matrix products by kind, for `gem4 bench --products`: the key names
+// the first product at a barrier (type, out x in) and how many ran there, e.g. "q4_0 2816x2112 (9)".
+// It says where a token's time goes when the totals above do not (which barrier streams slower).
+struct ProductTime {
+  double seconds = 0;
+  double weight_bytes = 0;
+  int64_t calls = 0;
+};
+using ProductBreakdown = std::map<std::string, ProductTime>;
+
 class Forward {
  public:
   Forward(const Model& model, ThreadPool* pool);
@@ -50,6 +62,9 @@ class Forward {
   int ubatch = 512;
   const ModelConfig& config() const { return c_; }
   ForwardStats stats;
+  // When set, every product's time and bytes are also added here under its kind (the caller owns it;
+  // nullptr, the default, records nothing).
+  ProductBreakdown* breakdown = nullptr;
 
   // Runs every row of `batch` (appending K/V to `kv`) and fills `out` with the requested outputs.
   // Rows of one sequence must have consecutive positions continuing that sequence's cache.
@@ -71,8 +86,10 @@ class Forward {
   void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
   // Independent products at one barrier (matmul_group), timed as one and counted per job.
   void matmul_group(const MatmulJob* jobs, int count);
-  void count_weight_bytes(const MatrixView& w);
+  // Weight bytes the kernels stream for w.
+  double weight_bytes_of(const MatrixView& w) const;
   void count_product_time(double secs, double macs, bool int8_gemm);
+  void add_to_breakdown(const MatrixView& first, int count, double secs, double bytes);
 
   const Model& model_;
   const ModelConfig& c_;

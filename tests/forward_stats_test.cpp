@@ -1,0 +1,61 @@
+// The forward pass's counters: the per-kind product breakdown that `gem4 bench --products` prints adds
+// up to the totals the roofline uses.
+#include <gtest/gtest.h>
+
+#include "kernels/thread_pool.h"
+#include "model/forward.h"
+#include "model/generator.h"
+#include "model/model.h"
+
+namespace gem4 {
+namespace {
+
+// Products sharing an input (the E-models' q/k/v, gate/up) and independent ones at one barrier (the
+// MoE's dense down with the experts).
+class ForwardStatsOf : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ForwardStatsOf, ProductBreakdownAddsUpToTheTotals) {
+  GeneratorSpec spec;
+  spec.preset = GetParam();
+  auto m = generate_model(spec, nullptr);
+  ThreadPool pool(2);
+  KvCache kv(m->config, 64, 1, 16, KvType::F16);
+  Forward f(*m, &pool);
+  f.ubatch = 16;  // two micro-batches for the prompt
+  ProductBreakdown products;
+  f.breakdown = &products;
+  Batch prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back({int32_t(5 + i), i, 0, i == 19, false});
+  ForwardOutputs out;
+  f.run(prompt, kv, out);
+  for (int i = 0; i < 3; ++i) f.run({{int32_t(7 + i), 20 + i, 0, true, false}}, kv, out);
+
+  double seconds = 0, bytes = 0;
+  int64_t calls = 0;
+  bool some_barrier_ran_several = false;
+  for (const auto& [kind, t] : products) {
+    EXPECT_GT(t.calls, 0) << kind;
+    EXPECT_GT(t.weight_bytes, 0) << kind;
+    seconds += t.seconds, bytes += t.weight_bytes, calls += t.calls;
+    some_barrier_ran_several |= kind.find(" (") != std::string::npos;
+  }
+  ASSERT_GT(calls, 0);
+  EXPECT_DOUBLE_EQ(bytes, f.stats.weight_bytes);
+  EXPECT_NEAR(seconds, f.stats.matmul_seconds, 1e-9 * f.stats.matmul_seconds + 1e-12);
+  EXPECT_TRUE(some_barrier_ran_several) << "q/k/v or gate/up share a barrier in every Gemma 4 layer";
+
+  // Unset, nothing more is recorded.
+  f.breakdown = nullptr;
+  f.run({{9, 23, 0, true, false}}, kv, out);
+  int64_t after = 0;
+  for (const auto& [kind, t] : products) after += t.calls;
+  EXPECT_EQ(after, calls);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ForwardStatsOf, ::testing::Values("tiny", "tiny-moe"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "tiny" ? "Tiny" : "TinyMoe";
+                         });
+
+}  // namespace
+}  // namespace gem4
