@@ -31,6 +31,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// "prune=1 mask_crop=1 ...": a result's switches, as the roofline and products tables name a variant.
+std::string variant_label(const bench::Result& r) {
+  std::string label;
+  for (const auto& [k, v] : r.switches) label += (label.empty() ? "" : " ") + k + "=" + v;
+  return label;
+}
+
 // --products: one markdown table of a decode run's products, slowest share first. GB/s is the
 // weight bytes over the time inside those products (both threads' work, end-of-product waits
 // included), comparable with the roofline's "GB/s inside them".
@@ -479,9 +486,8 @@ int cmd_bench(int argc, char** argv, int first) {
       }
       results.push_back(r);
       if (v.decode_tokens > 0) {
-        std::string variant;
-        for (const auto& [k, val] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + val;
-        product_tables.push_back(products_table(r.test + " " + variant, v.decode_products, v.decode_tokens));
+        product_tables.push_back(
+            products_table(r.test + " " + variant_label(r), v.decode_products, v.decode_tokens));
       }
     }
   }
@@ -531,8 +537,7 @@ int cmd_bench(int argc, char** argv, int first) {
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : results) {
         auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
-        std::string variant;
-        for (const auto& [k, v] : r.switches) variant += (variant.empty() ? "" : " ") + k + "=" + v;
+        const std::string variant = variant_label(r);
         auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
         auto pct = [&](const char* k) { return cell(get(k) < 0 ? -1.0 : get(k) * 100, "%.1f %%"); };
         std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(),
