@@ -234,6 +234,75 @@ TEST(GgufRoundTrip, EveryValueTypeInMemory) {
   EXPECT_TRUE(f->tensors().empty());
 }
 
+// Arrays of one scalar or string type are packed; a nested or mixed element turns the array back
+// into Values. Either way every element reads back as the Value that went in, in order.
+TEST(GgufValueArray, PackedAndGenericArraysReadBackTheirElements) {
+  auto str = [](std::string s) {
+    Value v;
+    v.type = ValueType::STRING;
+    v.s = std::move(s);
+    return v;
+  };
+  auto num = [](ValueType t, uint64_t u, int64_t i, double f) {
+    Value v;
+    v.type = t;
+    v.u = u;
+    v.i = i;
+    v.f = f;
+    return v;
+  };
+  ValueArray strings;
+  EXPECT_TRUE(strings.empty());
+  EXPECT_FALSE(strings.holds_strings());
+  strings.push_string("<pad>");
+  strings.push_back(str(""));
+  strings.push_string(std::string("a\0b", 3));
+  ASSERT_EQ(strings.size(), 3u);
+  EXPECT_TRUE(strings.holds_strings());
+  EXPECT_EQ(strings.string_at(0), "<pad>");
+  EXPECT_EQ(strings.string_at(1), "");
+  EXPECT_EQ(strings.string_at(2), std::string_view("a\0b", 3));
+  EXPECT_EQ(strings[2].type, ValueType::STRING);
+  EXPECT_EQ(strings[2].s, std::string("a\0b", 3));
+  EXPECT_THROW(strings.string_at(3), std::out_of_range);
+  EXPECT_THROW(strings[3], std::out_of_range);
+
+  ValueArray numbers;
+  numbers.push_back(num(ValueType::INT32, 7, -3, 0.25));
+  numbers.push_back(num(ValueType::INT32, 1, 2, 3));
+  EXPECT_FALSE(numbers.holds_strings());
+  EXPECT_THROW(numbers.string_at(0), std::out_of_range);
+  std::vector<Value> seen(numbers.begin(), numbers.end());
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].type, ValueType::INT32);
+  EXPECT_EQ(seen[0].u, 7u);
+  EXPECT_EQ(seen[0].i, -3);
+  EXPECT_EQ(seen[0].f, 0.25);
+  EXPECT_EQ(seen[1].i, 2);
+
+  // A string after numbers, then a nested array: the earlier elements survive the change of form.
+  numbers.push_back(str("x"));
+  Value inner;
+  inner.type = ValueType::ARRAY;
+  inner.elem_type = ValueType::UINT8;
+  inner.elems.push_back(num(ValueType::UINT8, 9, 9, 9));
+  numbers.push_back(inner);
+  ASSERT_EQ(numbers.size(), 4u);
+  EXPECT_FALSE(numbers.holds_strings());
+  EXPECT_EQ(numbers[0].i, -3);
+  EXPECT_EQ(numbers[1].u, 1u);
+  EXPECT_EQ(numbers[2].s, "x");
+  EXPECT_EQ(numbers.string_at(2), "x");
+  ASSERT_EQ(numbers[3].elems.size(), 1u);
+  EXPECT_EQ(numbers[3].elems[0].u, 9u);
+
+  numbers = std::vector<Value>{str("a"), str("bc")};
+  EXPECT_TRUE(numbers.holds_strings());
+  EXPECT_EQ(numbers.string_at(1), "bc");
+  numbers.clear();
+  EXPECT_TRUE(numbers.empty());
+}
+
 TEST(GgufRoundTrip, EveryValueTypeThroughAFile) {
   ScratchDir tmp;
   std::string path = tmp.file("values.gguf");

@@ -104,14 +104,17 @@ class Cursor {
     return v;
   }
 
-  std::string read_string(const char* what) {
+  std::string read_string(const char* what) { return std::string(read_string_view(what)); }
+
+  // The string's bytes inside the image (valid while the image lives).
+  std::string_view read_string_view(const char* what) {
     size_t at = pos_;
     uint64_t len = read<uint64_t>(what);
     if (len > remaining()) {
       fail(at, std::string(what) + " claims " + std::to_string(len) + " bytes but only " +
                    std::to_string(remaining()) + " remain");
     }
-    std::string s(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
+    std::string_view s(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
     pos_ += len;
     return s;
   }
@@ -147,7 +150,11 @@ Value read_array(Cursor& c, int depth) {
                    " bytes but only " + std::to_string(c.remaining()) + " remain");
   }
   v.elems.reserve(static_cast<size_t>(count));
-  for (uint64_t k = 0; k < count; ++k) v.elems.push_back(read_value(c, v.elem_type, depth + 1));
+  if (v.elem_type == ValueType::STRING) {
+    for (uint64_t k = 0; k < count; ++k) v.elems.push_string(c.read_string_view("string value"));
+  } else {
+    for (uint64_t k = 0; k < count; ++k) v.elems.push_back(read_value(c, v.elem_type, depth + 1));
+  }
   return v;
 }
 
@@ -293,6 +300,96 @@ const char* value_type_name(ValueType t) {
   }
   return "invalid";
 }
+
+// --- ValueArray ------------------------------------------------------------------------------
+
+size_t ValueArray::size() const { return packed_ ? count_ : values_.size(); }
+
+Value ValueArray::operator[](size_t k) const {
+  if (!packed_) return values_.at(k);
+  if (k >= count_) throw std::out_of_range("gguf array index " + std::to_string(k));
+  Value v;
+  v.type = type_;
+  if (type_ == ValueType::STRING) {
+    v.s = string_at(k);
+  } else {
+    v.u = scalars_[k].u;
+    v.i = scalars_[k].i;
+    v.f = scalars_[k].f;
+  }
+  return v;
+}
+
+std::string_view ValueArray::string_at(size_t k) const {
+  if (!packed_) return values_.at(k).s;
+  if (!holds_strings() || k >= count_)
+    throw std::out_of_range("gguf array: no string element " + std::to_string(k));
+  return std::string_view(pool_).substr(offsets_[k], offsets_[k + 1] - offsets_[k]);
+}
+
+Value ValueArray::const_iterator::operator*() const { return (*a_)[k_]; }
+
+void ValueArray::reserve(size_t n) {
+  // Only scalars are reserved ahead: a string array's buffer grows with what it holds, so a count
+  // claimed by a file costs no more than the bytes that back it.
+  if (packed_ && count_ == 0) scalars_.reserve(n);
+}
+
+void ValueArray::push_back(const Value& v) {
+  const bool packable = v.type != ValueType::ARRAY;
+  if (packed_ && packable && (count_ == 0 || v.type == type_)) {
+    if (v.type == ValueType::STRING) {
+      push_string(v.s);
+      return;
+    }
+    type_ = v.type;
+    scalars_.push_back(Scalar{v.u, v.i, v.f});
+    ++count_;
+    return;
+  }
+  if (packed_) unpack();
+  values_.push_back(v);
+}
+
+void ValueArray::push_string(std::string_view s) {
+  if (packed_ && (count_ == 0 || type_ == ValueType::STRING)) {
+    if (count_ == 0) {
+      type_ = ValueType::STRING;
+      offsets_.assign(1, 0);
+      scalars_.clear();
+    }
+    pool_.append(s);
+    offsets_.push_back(pool_.size());
+    ++count_;
+    return;
+  }
+  Value v;
+  v.type = ValueType::STRING;
+  v.s = s;
+  push_back(v);
+}
+
+void ValueArray::clear() { *this = ValueArray(); }
+
+ValueArray& ValueArray::operator=(std::vector<Value> values) {
+  clear();
+  for (const Value& v : values) push_back(v);
+  return *this;
+}
+
+void ValueArray::unpack() {
+  std::vector<Value> values;
+  values.reserve(count_ + 1);
+  for (size_t k = 0; k < count_; ++k) values.push_back((*this)[k]);
+  packed_ = false;
+  count_ = 0;
+  scalars_ = {};
+  pool_ = {};
+  offsets_ = {};
+  values_ = std::move(values);
+}
+
+// --- Value -----------------------------------------------------------------------------------
 
 bool Value::is_integer() const {
   switch (type) {
@@ -664,7 +761,7 @@ std::vector<std::string> GgufFile::get_string_array(const std::string& key) cons
     key_error(path_, key, "is " + type_desc(v) + ", not an array of strings");
   std::vector<std::string> out;
   out.reserve(v.elems.size());
-  for (const Value& e : v.elems) out.push_back(e.s);
+  for (size_t k = 0; k < v.elems.size(); ++k) out.emplace_back(v.elems.string_at(k));
   return out;
 }
 

@@ -2,11 +2,14 @@
 // offset and size against the file. Errors are GgufError exceptions that name the file, the key or
 // tensor, and the byte offset.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf/ggml_types.h"
@@ -19,14 +22,90 @@ class GgufError : public std::runtime_error {
 };
 
 enum class ValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);
 
 // Deepest nesting of arrays the reader accepts (1 = a plain array, 2 = an array of arrays, ...). The
 // bound keeps a hostile file from driving the recursive parser into a stack overflow.
 inline constexpr int kMaxArrayNesting = 16;
+
+struct Value;
+
+// The elements of an ARRAY value, read like a std::vector<Value> (size, [], iteration: each element
+// is made as a Value on the fly) and built with push_back.
+//
+// Why not a vector of Values: a tokenizer's arrays (262144 tokens, scores and types, ~500k merges
+// in the real Gemma 4 vocabulary) made ~1.3 M Values of ~100 bytes each, so parsing a model's
+// metadata wrote ~130 MB of fresh memory and took 0.15-0.35 s of every start. Elements of one
+// scalar or string type are packed instead (strings in one buffer, scalars as their three fields);
+// arrays of arrays, or of mixed types (built by hand, for the writer's checks), keep Values.
+class ValueArray {
+ public:
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  Value operator[](size_t k) const;
+  // Element k's string, without a copy (valid while the array lives and is not changed).
+  std::string_view string_at(size_t k) const;
+  bool holds_strings() const { return packed_ && count_ > 0 && type_ == ValueType::STRING; }
+
+  void reserve(size_t n);
+  void push_back(const Value& v);
+  void push_string(std::string_view s);  // a STRING element
+  void clear();
+  ValueArray& operator=(std::vector<Value> values);
+
+  class const_iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Value;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = Value;
+    const_iterator(const ValueArray* a, size_t k) : a_(a), k_(k) {}
+    Value operator*() const;
+    const_iterator& operator++() {
+      ++k_;
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return k_ == o.k_; }
+    bool operator!=(const const_iterator& o) const { return k_ != o.k_; }
+
+   private:
+    const ValueArray* a_;
+    size_t k_;
+  };
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size()}; }
+
+ private:
+  struct Scalar {
+    uint64_t u;
+    int64_t i;
+    double f;
+  };
+  void unpack();  // to generic Values (an element that cannot be packed arrived)
+
+  bool packed_ = true;                 // empty arrays start packed
+  ValueType type_ = ValueType::UINT8;  // packed: the elements' type
+  size_t count_ = 0;                   // packed: element count
+  std::vector<Scalar> scalars_;
+  std::string pool_;               // packed strings, back to back
+  std::vector<uint64_t> offsets_;  // packed strings: string k is pool_[offsets_[k], offsets_[k + 1])
+  std::vector<Value> values_;      // generic
+};
 
 // One metadata value. Scalars use the field that matches `type`; arrays keep their element type
 // and elements (nested arrays are arrays of Values).
@@ -37,12 +116,12 @@ struct Value {
   double f = 0;    // FLOAT32, FLOAT64
   std::string s;   // STRING
   ValueType elem_type = ValueType::UINT32;  // ARRAY
-  std::vector<Value> elems;                 // ARRAY
+  ValueArray elems;                         // ARRAY
 
   bool is_integer() const;
   bool is_float() const;
-  int64_t as_int() const;    // any integer or bool; throws on other types
-  double as_double() const;  // any number
+  int64_t as_int() const;                             // any integer or bool; throws on other types
+  double as_double() const;                           // any number
   std::string to_string(size_t max_elems = 8) const;  // for `gem4 inspect`
 };
 
@@ -50,7 +129,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> ne;  // ne[0] is the contiguous (input) dimension
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;      // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of the data section
   uint64_t nbytes = 0;
   int64_t n_elements() const;
 };
@@ -85,8 +164,8 @@ class GgufFile {
   bool get_bool_or(const std::string& key, bool fallback) const;
   std::string get_string_or(const std::string& key, const std::string& fallback) const;
   // Arrays: throw when missing, not an array, or of incompatible element type.
-  std::vector<int64_t> get_int_array(const std::string& key) const;     // ints or bools
-  std::vector<float> get_float_array(const std::string& key) const;     // any numbers
+  std::vector<int64_t> get_int_array(const std::string& key) const;  // ints or bools
+  std::vector<float> get_float_array(const std::string& key) const;  // any numbers
   std::vector<std::string> get_string_array(const std::string& key) const;
 
   // Tensors, in file order.

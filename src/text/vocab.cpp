@@ -138,7 +138,7 @@ const gguf::Value& string_array(const gguf::GgufFile& file, const std::string& k
 std::vector<std::string> copy_strings(const gguf::Value& v) {
   std::vector<std::string> out;
   out.reserve(v.elems.size());
-  for (const gguf::Value& e : v.elems) out.push_back(e.s);
+  for (size_t k = 0; k < v.elems.size(); ++k) out.emplace_back(v.elems.string_at(k));
   return out;
 }
 
