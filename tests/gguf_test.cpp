@@ -237,20 +237,8 @@ TEST(GgufRoundTrip, EveryValueTypeInMemory) {
 // Arrays of one scalar or string type are packed; a nested or mixed element turns the array back
 // into Values. Either way every element reads back as the Value that went in, in order.
 TEST(GgufValueArray, PackedAndGenericArraysReadBackTheirElements) {
-  auto str = [](std::string s) {
-    Value v;
-    v.type = ValueType::STRING;
-    v.s = std::move(s);
-    return v;
-  };
-  auto num = [](ValueType t, uint64_t u, int64_t i, double f) {
-    Value v;
-    v.type = t;
-    v.u = u;
-    v.i = i;
-    v.f = f;
-    return v;
-  };
+  auto str = make_string;
+  auto num = make_scalar;
   ValueArray strings;
   EXPECT_TRUE(strings.empty());
   EXPECT_FALSE(strings.holds_strings());
@@ -282,11 +270,7 @@ TEST(GgufValueArray, PackedAndGenericArraysReadBackTheirElements) {
 
   // A string after numbers, then a nested array: the earlier elements survive the change of form.
   numbers.push_back(str("x"));
-  Value inner;
-  inner.type = ValueType::ARRAY;
-  inner.elem_type = ValueType::UINT8;
-  inner.elems.push_back(num(ValueType::UINT8, 9, 9, 9));
-  numbers.push_back(inner);
+  numbers.push_back(make_array(ValueType::UINT8, {num(ValueType::UINT8, 9, 9, 9)}));
   ASSERT_EQ(numbers.size(), 4u);
   EXPECT_FALSE(numbers.holds_strings());
   EXPECT_EQ(numbers[0].i, -3);
