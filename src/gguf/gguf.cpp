@@ -149,10 +149,10 @@ Value read_array(Cursor& c, int depth) {
                    " elements needs at least " + std::to_string(count) + " x " + std::to_string(min_elem) +
                    " bytes but only " + std::to_string(c.remaining()) + " remain");
   }
-  v.elems.reserve(static_cast<size_t>(count));
   if (v.elem_type == ValueType::STRING) {
     for (uint64_t k = 0; k < count; ++k) v.elems.push_string(c.read_string_view("string value"));
   } else {
+    v.elems.reserve(static_cast<size_t>(count));
     for (uint64_t k = 0; k < count; ++k) v.elems.push_back(read_value(c, v.elem_type, depth + 1));
   }
   return v;
@@ -330,9 +330,12 @@ std::string_view ValueArray::string_at(size_t k) const {
 Value ValueArray::const_iterator::operator*() const { return (*a_)[k_]; }
 
 void ValueArray::reserve(size_t n) {
-  // Only scalars are reserved ahead: a string array's buffer grows with what it holds, so a count
-  // claimed by a file costs no more than the bytes that back it.
-  if (packed_ && count_ == 0) scalars_.reserve(n);
+  // Room for scalars (or Values once generic); a string array's buffer grows with what it holds.
+  if (!packed_) {
+    values_.reserve(n);
+  } else if (count_ == 0) {
+    scalars_.reserve(n);
+  }
 }
 
 void ValueArray::push_back(const Value& v) {
@@ -356,7 +359,7 @@ void ValueArray::push_string(std::string_view s) {
     if (count_ == 0) {
       type_ = ValueType::STRING;
       offsets_.assign(1, 0);
-      scalars_.clear();
+      scalars_ = {};  // what reserve() set aside for scalars
     }
     pool_.append(s);
     offsets_.push_back(pool_.size());

@@ -21,21 +21,12 @@ class GgufError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// clang-format off
 enum class ValueType : uint32_t {
-  UINT8 = 0,
-  INT8 = 1,
-  UINT16 = 2,
-  INT16 = 3,
-  UINT32 = 4,
-  INT32 = 5,
-  FLOAT32 = 6,
-  BOOL = 7,
-  STRING = 8,
-  ARRAY = 9,
-  UINT64 = 10,
-  INT64 = 11,
-  FLOAT64 = 12,
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
+  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
+// clang-format on
 const char* value_type_name(ValueType t);
 
 // Deepest nesting of arrays the reader accepts (1 = a plain array, 2 = an array of arrays, ...). The
