@@ -45,6 +45,8 @@ uint64_t mix64(uint64_t k) {  // splitmix64 finaliser: spreads ids that differ i
   return k;
 }
 
+uint64_t string_hash(std::string_view s) { return mix64(std::hash<std::string_view>{}(s)); }
+
 // Length of the UTF-8 character that starts with `lead`, judged from the lead byte alone, as
 // llama.cpp's unicode_len_utf8 does (a stray continuation byte counts as a character of its own).
 size_t utf8_char_len(uint8_t lead) {
@@ -381,28 +383,66 @@ void Vocab::build_merges(const std::vector<std::string>& merges) {
   merge_slots_.assign(capacity, MergeSlot{kEmptyKey, Merge{0, 0}});
   merge_mask_ = capacity - 1;
 
+  // Why the prefetches: the real vocabulary has ~500k merges, and both the string index (~1 M
+  // slots) and the merge table (~1 M slots) are far larger than the caches, so each lookup and each
+  // insert used to wait on memory (0.2 s of every start). Merges are split and hashed kAhead ranks
+  // before they are interned (in rank order, so new symbols get their ids as before) and their index
+  // slots prefetched then; each pair is inserted kAhead pairs after its table slot was prefetched,
+  // still in rank order.
+  constexpr size_t kAhead = 16;
+  struct Split {
+    size_t pos = 0;         // the space between left and right; 0: the merge can never apply
+    uint64_t hash[3] = {};  // left, right, left + right
+  };
   std::string joined;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const std::string& m = merges[rank];
+  auto split = [&](const std::string& m, Split& out) {
     // llama.cpp splits at the first space after position 0, so a merge may start with a space.
     const size_t pos = m.find(' ', 1);
-    if (pos == std::string::npos || pos + 1 >= m.size()) continue;  // can never apply
+    out.pos = pos == std::string::npos || pos + 1 >= m.size() ? 0 : pos;
+    if (!out.pos) return;
     const std::string_view left(m.data(), pos), right(m.data() + pos + 1, m.size() - pos - 1);
-    const int32_t l = intern(left), r = intern(right);
     joined.assign(left);
     joined.append(right);
-    const int32_t result = intern(joined);
+    const std::string_view parts[3] = {left, right, joined};
+    for (int k = 0; k < 3; ++k) {
+      out.hash[k] = string_hash(parts[k]);
+      __builtin_prefetch(&index_[out.hash[k] & index_mask_]);
+    }
+  };
+  Split ring[kAhead];
+  for (size_t r = 0; r < std::min(kAhead, merges.size()); ++r) split(merges[r], ring[r]);
 
-    const uint64_t key = pair_key(l, r);
-    for (uint64_t i = mix64(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
+  // Pairs wait kAhead merges between their slot's prefetch and their insert, in rank order.
+  struct Pending {
+    uint64_t key;
+    int32_t rank, result;
+  };
+  Pending pending[kAhead];
+  size_t n_pending = 0;  // pairs recorded; the last min(n_pending, kAhead) wait in pending[i % kAhead]
+  auto insert = [&](const Pending& p) {
+    for (uint64_t i = mix64(p.key) & merge_mask_;; i = (i + 1) & merge_mask_) {
       MergeSlot& slot = merge_slots_[i];
-      if (slot.key == key) break;  // a repeated pair keeps its first (lowest) rank
+      if (slot.key == p.key) return;  // a repeated pair keeps its first (lowest) rank
       if (slot.key == kEmptyKey) {
-        slot = MergeSlot{key, Merge{static_cast<int32_t>(rank), result}};
+        slot = MergeSlot{p.key, Merge{p.rank, p.result}};
         ++n_merges_;
-        break;
+        return;
       }
     }
+  };
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const Split sp = ring[rank % kAhead];
+    if (rank + kAhead < merges.size()) split(merges[rank + kAhead], ring[rank % kAhead]);
+    if (!sp.pos) continue;  // can never apply
+    const std::string& m = merges[rank];
+    const std::string_view left(m.data(), sp.pos), right(m.data() + sp.pos + 1, m.size() - sp.pos - 1);
+    const int32_t l = intern(left, sp.hash[0]), r = intern(right, sp.hash[1]);
+    joined.assign(left);
+    joined.append(right);
+    Pending& p = pending[n_pending++ % kAhead];
+    if (n_pending > kAhead) insert(p);  // the oldest, whose slot was prefetched kAhead pairs ago
+    p = Pending{pair_key(l, r), static_cast<int32_t>(rank), intern(joined, sp.hash[2])};
+    __builtin_prefetch(&merge_slots_[mix64(p.key) & merge_mask_], 1);
 
     // Remember which characters a merge can glue to a following U+2581 (see glues_to_following_space).
     if (right.substr(0, kSpaceMarker.size()) == kSpaceMarker && !left.ends_with(kSpaceMarker)) {
@@ -414,16 +454,16 @@ void Vocab::build_merges(const std::vector<std::string>& merges) {
       }
     }
   }
+
+  for (size_t k = n_pending > kAhead ? n_pending - kAhead : 0; k < n_pending; ++k)
+    insert(pending[k % kAhead]);
 }
 
 // --- string index ---------------------------------------------------------------------------
 
-namespace {
-inline uint64_t string_hash(std::string_view s) { return mix64(std::hash<std::string_view>{}(s)); }
-}  // namespace
+int32_t Vocab::index_find(std::string_view s) const { return index_find(s, string_hash(s)); }
 
-int32_t Vocab::index_find(std::string_view s) const {
-  const uint64_t h = string_hash(s);
+int32_t Vocab::index_find(std::string_view s, uint64_t h) const {
   const uint64_t tag = h >> 32;
   for (uint64_t i = h & index_mask_;; i = (i + 1) & index_mask_) {
     const uint64_t slot = index_[i];
@@ -456,8 +496,8 @@ void Vocab::index_insert(int32_t sym) {
   ++index_used_;
 }
 
-int32_t Vocab::intern(std::string_view s) {
-  const int32_t found = index_find(s);
+int32_t Vocab::intern(std::string_view s, uint64_t h) {
+  const int32_t found = index_find(s, h);
   if (found != kNoToken) return found;
   if (pool_.size() + s.size() >= UINT32_MAX / 2)
     throw TokenizerError(source_ + ": tokenizer.ggml.merges too large");

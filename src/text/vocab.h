@@ -130,13 +130,14 @@ class Vocab {
   void derive_attributes();
   void build_pieces();
   void build_merges(const std::vector<std::string>& merges);
-  int32_t intern(std::string_view s);  // symbol id of `s`, adding it when new
+  int32_t intern(std::string_view s, uint64_t hash);  // symbol id of `s`, adding it when new
   std::string_view symbol_text(int32_t sym) const {
     return std::string_view(pool_).substr(offsets_[sym], offsets_[sym + 1] - offsets_[sym]);
   }
   void index_insert(int32_t sym);
   int32_t index_find(std::string_view s) const;
-  int32_t token_with_text(std::string_view s) const;  // kNoToken when none
+  int32_t index_find(std::string_view s, uint64_t hash) const;  // hash: string_hash(s)
+  int32_t token_with_text(std::string_view s) const;            // kNoToken when none
 
   // Open-addressing table keyed by (left symbol, right symbol).
   struct MergeSlot {
