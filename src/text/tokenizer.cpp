@@ -299,7 +299,9 @@ void append_llama_normalized(std::string& out, std::string_view raw) {
   }
 }
 
-Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) { return Tokenizer(VocabData::from_gguf(file)); }
+Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) {
+  return Tokenizer(std::make_shared<const Vocab>(file));
+}
 
 Tokenizer::Tokenizer(VocabData data) : vocab_(std::make_shared<const Vocab>(std::move(data))) {}
 

@@ -137,16 +137,8 @@ const gguf::Value& string_array(const gguf::GgufFile& file, const std::string& k
   return *v;
 }
 
-std::vector<std::string> copy_strings(const gguf::Value& v) {
-  std::vector<std::string> out;
-  out.reserve(v.elems.size());
-  for (size_t k = 0; k < v.elems.size(); ++k) out.emplace_back(v.elems.string_at(k));
-  return out;
-}
-
-}  // namespace
-
-VocabData VocabData::from_gguf(const gguf::GgufFile& file) {
+// Every tokenizer.ggml.* key but the tokens and merges, which Vocab reads in place.
+VocabData keys_from_gguf(const gguf::GgufFile& file) {
   VocabData d;
   d.source = file.path();
   const std::string model_key = "tokenizer.ggml.model";
@@ -154,9 +146,6 @@ VocabData VocabData::from_gguf(const gguf::GgufFile& file) {
   if (!model) key_error(file, model_key, "missing (not a tokenizer GGUF?)");
   if (model->type != gguf::ValueType::STRING) key_error(file, model_key, "expected a string");
   d.model = model->s;
-
-  d.tokens = copy_strings(string_array(file, "tokenizer.ggml.tokens"));
-  d.merges = copy_strings(string_array(file, "tokenizer.ggml.merges"));
 
   const std::string types_key = "tokenizer.ggml.token_type";
   if (const gguf::Value* t = file.find(types_key)) {
@@ -168,7 +157,7 @@ VocabData VocabData::from_gguf(const gguf::GgufFile& file) {
   }
 
   // Special ids: an id outside the vocabulary is ignored, as llama.cpp does (it warns).
-  const int64_t n = static_cast<int64_t>(d.tokens.size());
+  const int64_t n = static_cast<int64_t>(string_array(file, "tokenizer.ggml.tokens").elems.size());
   auto read_id = [&](const char* key, int32_t& id) {
     const gguf::Value* v = file.find(key);
     if (!v) return;
@@ -203,13 +192,31 @@ VocabData VocabData::from_gguf(const gguf::GgufFile& file) {
   return d;
 }
 
+}  // namespace
+
 // --- Vocab ----------------------------------------------------------------------------------
 
-Vocab::Vocab(VocabData data) : source_(std::move(data.source)) {
+size_t Vocab::Strings::size() const { return vec_ ? vec_->size() : arr_->size(); }
+
+std::string_view Vocab::Strings::operator[](size_t k) const {
+  return vec_ ? std::string_view((*vec_)[k]) : arr_->string_at(k);
+}
+
+Vocab::Vocab(VocabData data) { build(data, Strings(data.tokens), Strings(data.merges)); }
+
+Vocab::Vocab(const gguf::GgufFile& file) {
+  // Missing or mistyped keys and arrays are reported before the model name is checked, as before.
+  const VocabData keys = keys_from_gguf(file);
+  build(keys, Strings(string_array(file, "tokenizer.ggml.tokens").elems),
+        Strings(string_array(file, "tokenizer.ggml.merges").elems));
+}
+
+void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
+  source_ = data.source;
   if (data.model != "gemma4")
     throw TokenizerError(source_ + ": tokenizer.ggml.model is '" + data.model +
                          "'; only the 'gemma4' tokenizer (llama.cpp's converter) is supported");
-  const size_t n = data.tokens.size();
+  const size_t n = tokens.size();
   if (n == 0) throw TokenizerError(source_ + ": tokenizer.ggml.tokens is empty");
   if (n > static_cast<size_t>(INT32_MAX / 4)) throw TokenizerError(source_ + ": vocabulary too large");
   if (!data.types.empty() && data.types.size() < n)
@@ -218,20 +225,19 @@ Vocab::Vocab(VocabData data) : source_(std::move(data.source)) {
   n_tokens_ = static_cast<int32_t>(n);
 
   size_t bytes = 0;
-  for (const std::string& t : data.tokens) bytes += t.empty() ? 24 : t.size();
+  for (size_t i = 0; i < n; ++i) bytes += tokens[i].empty() ? 24 : tokens[i].size();
   if (bytes >= UINT32_MAX / 2) throw TokenizerError(source_ + ": tokenizer.ggml.tokens too large");
   pool_.reserve(bytes + bytes / 8);
   offsets_.reserve(n + 1);
   offsets_.push_back(0);
   for (size_t i = 0; i < n; ++i) {
-    if (data.tokens[i].empty()) {
+    if (tokens[i].empty()) {
       pool_ += "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
     } else {
-      pool_ += data.tokens[i];
+      pool_ += tokens[i];
     }
     offsets_.push_back(static_cast<uint32_t>(pool_.size()));
   }
-  data.tokens = {};
 
   size_t capacity = 16;
   while (capacity < 2 * n) capacity <<= 1;
@@ -279,7 +285,7 @@ Vocab::Vocab(VocabData data) : source_(std::move(data.source)) {
                    [&](int32_t a, int32_t b) { return symbol_text(a).size() > symbol_text(b).size(); });
 
   build_pieces();
-  build_merges(data.merges);
+  build_merges(merges);
   for (int c = 0; c < 128; ++c) {
     const char ch = static_cast<char>(c);
     ascii_symbols_[c] = index_find(std::string_view(&ch, 1));
@@ -377,7 +383,7 @@ void Vocab::build_pieces() {
   }
 }
 
-void Vocab::build_merges(const std::vector<std::string>& merges) {
+void Vocab::build_merges(Strings merges) {
   size_t capacity = 16;
   while (capacity < merges.size() * 2) capacity <<= 1;
   merge_slots_.assign(capacity, MergeSlot{kEmptyKey, Merge{0, 0}});
@@ -395,10 +401,10 @@ void Vocab::build_merges(const std::vector<std::string>& merges) {
     uint64_t hash[3] = {};  // left, right, left + right
   };
   std::string joined;
-  auto split = [&](const std::string& m, Split& out) {
+  auto split = [&](std::string_view m, Split& out) {
     // llama.cpp splits at the first space after position 0, so a merge may start with a space.
     const size_t pos = m.find(' ', 1);
-    out.pos = pos == std::string::npos || pos + 1 >= m.size() ? 0 : pos;
+    out.pos = pos == std::string_view::npos || pos + 1 >= m.size() ? 0 : pos;
     if (!out.pos) return;
     const std::string_view left(m.data(), pos), right(m.data() + pos + 1, m.size() - pos - 1);
     joined.assign(left);
@@ -434,7 +440,7 @@ void Vocab::build_merges(const std::vector<std::string>& merges) {
     const Split sp = ring[rank % kAhead];
     if (rank + kAhead < merges.size()) split(merges[rank + kAhead], ring[rank % kAhead]);
     if (!sp.pos) continue;  // can never apply
-    const std::string& m = merges[rank];
+    const std::string_view m = merges[rank];
     const std::string_view left(m.data(), sp.pos), right(m.data() + sp.pos + 1, m.size() - sp.pos - 1);
     const int32_t l = intern(left, sp.hash[0]), r = intern(right, sp.hash[1]);
     joined.assign(left);

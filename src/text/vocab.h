@@ -15,7 +15,8 @@
 
 namespace gem4::gguf {
 class GgufFile;
-}
+class ValueArray;
+}  // namespace gem4::gguf
 
 namespace gem4::text {
 
@@ -69,9 +70,6 @@ struct VocabData {
   bool add_bos = true;  // llama.cpp forces it on for gemma4 whatever the file says
   bool add_eos = false;
   bool add_space_prefix = false;  // read but unused: llama.cpp's BPE path never adds a prefix
-
-  // Reads the tokenizer.ggml.* keys. Throws TokenizerError naming the file and key.
-  static VocabData from_gguf(const gguf::GgufFile& file);
 };
 
 // One BPE merge: `rank` orders merges (lower first), `result` is the symbol the pair becomes.
@@ -85,6 +83,9 @@ class Vocab {
   // Applies llama.cpp's load-time rules (attributes, EOG set, special-token list) and builds the
   // lookup tables. Throws TokenizerError on an unusable vocabulary (unknown model, duplicates...).
   explicit Vocab(VocabData data);
+  // Reads the tokenizer.ggml.* keys of `file`; the tokens and merges are read in place, not copied
+  // (the real vocabulary has ~800k of them). Throws TokenizerError naming the file and key.
+  explicit Vocab(const gguf::GgufFile& file);
 
   int n_tokens() const { return n_tokens_; }
   bool valid(int32_t id) const { return id >= 0 && id < n_tokens(); }
@@ -127,9 +128,23 @@ class Vocab {
   bool glues_to_following_space(std::string_view ch) const;
 
  private:
+  // A list of strings read in place: a VocabData's vector, or a GGUF file's array of strings.
+  class Strings {
+   public:
+    explicit Strings(const std::vector<std::string>& v) : vec_(&v) {}
+    explicit Strings(const gguf::ValueArray& a) : arr_(&a) {}
+    size_t size() const;
+    std::string_view operator[](size_t k) const;
+
+   private:
+    const std::vector<std::string>* vec_ = nullptr;
+    const gguf::ValueArray* arr_ = nullptr;
+  };
+  // What both constructors do: `data` gives everything but the tokens and merges.
+  void build(const VocabData& data, Strings tokens, Strings merges);
   void derive_attributes();
   void build_pieces();
-  void build_merges(const std::vector<std::string>& merges);
+  void build_merges(Strings merges);
   int32_t intern(std::string_view s, uint64_t hash);  // symbol id of `s`, adding it when new
   std::string_view symbol_text(int32_t sym) const {
     return std::string_view(pool_).substr(offsets_[sym], offsets_[sym + 1] - offsets_[sym]);
