@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "test_util.h"
 #include "text/detokenizer.h"
 #include "text/vocab.h"
@@ -266,6 +268,60 @@ TEST(TokenizerSmall, LoadErrors) {
   EXPECT_THROW(Tokenizer{short_types}, TokenizerError);
   VocabData empty;
   EXPECT_THROW(Tokenizer{empty}, TokenizerError);
+}
+
+// A tokenizer read from a GGUF file (its tokens and merges read in place) gives the ids of the same
+// vocabulary built by hand, and a file missing or mistyping a key is an error naming file and key.
+TEST(TokenizerSmall, FromGgufMatchesHandBuiltAndNamesBadKeys) {
+  SmallVocab v = make_vocab({"a", "b", "ab", "c"}, {"a b", "ab c"});
+  auto write = [&](const std::function<void(gguf::GgufWriter&)>& edit) {
+    gguf::GgufWriter w;
+    w.set_string("tokenizer.ggml.model", v.data.model);
+    w.set_string_array("tokenizer.ggml.tokens", v.data.tokens);
+    w.set_i32_array("tokenizer.ggml.token_type", v.data.types);
+    w.set_string_array("tokenizer.ggml.merges", v.data.merges);
+    w.set_u32("tokenizer.ggml.eos_token_id", 1);
+    w.set_u32("tokenizer.ggml.bos_token_id", 2);
+    edit(w);
+    return w.to_bytes();
+  };
+  auto open = [](const std::vector<uint8_t>& bytes) {
+    return gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "vocab.gguf");
+  };
+  VocabData hand = v.data;
+  hand.special.eos = 1;
+  hand.special.bos = 2;
+  const Tokenizer by_hand(hand);
+  const auto good = open(write([](gguf::GgufWriter&) {}));
+  const Tokenizer from_file = Tokenizer::from_gguf(*good);
+  for (const std::string text : {"abc", "ab ab c", "cab<turn|>a"})
+    EXPECT_EQ(from_file.encode(text, true, true), by_hand.encode(text, true, true)) << text;
+  EXPECT_EQ(from_file.encode("ab", false, false), (Ids{v.id("ab")}));
+  // "ab c" makes "abc", which is not a token: its bytes.
+  EXPECT_EQ(from_file.encode("abc", false, false), (Ids{v.byte('a'), v.byte('b'), v.byte('c')}));
+  EXPECT_EQ(from_file.vocab().n_merges(), 2);
+  EXPECT_EQ(from_file.eos(), 1);
+
+  auto error_of = [&](const std::function<void(gguf::GgufWriter&)>& edit) {
+    const auto f = open(write(edit));
+    try {
+      Tokenizer::from_gguf(*f);
+    } catch (const TokenizerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto has = [](const std::string& msg, const std::string& part) {
+    return msg.find(part) != std::string::npos && msg.find("vocab.gguf") != std::string::npos;
+  };
+  std::string msg = error_of([](gguf::GgufWriter& w) { w.set_u32("tokenizer.ggml.merges", 3); });
+  EXPECT_TRUE(has(msg, "tokenizer.ggml.merges: expected an array of strings")) << msg;
+  msg = error_of([](gguf::GgufWriter& w) { w.set_u32("tokenizer.ggml.tokens", 3); });
+  EXPECT_TRUE(has(msg, "tokenizer.ggml.tokens: expected an array of strings")) << msg;
+  msg = error_of([](gguf::GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); });
+  EXPECT_TRUE(has(msg, "only the 'gemma4' tokenizer")) << msg;
+  msg = error_of([](gguf::GgufWriter& w) { w.set_string_array("tokenizer.ggml.token_type", {"x"}); });
+  EXPECT_TRUE(has(msg, "tokenizer.ggml.token_type: expected an array of int32")) << msg;
 }
 
 TEST(TokenizerSmall, LlamaNormalization) {
