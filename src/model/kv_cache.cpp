@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 #include "kernels/convert.h"
@@ -54,10 +55,16 @@ KvCache::KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvT
     if (s.wraps) ring_window_ = c.sliding_window;
     s.width = L.n_kv_heads * L.head_dim;
     const size_t n = size_t(n_seq) * s.capacity * row_bytes(s);
-    s.k.assign(n, 0);
-    s.v.assign(n, 0);
+    s.k.allocate(n);
+    s.v.allocate(n);
     slots_.push_back(std::move(s));
   }
+}
+
+void KvCache::ZeroedBytes::allocate(size_t n) {
+  p_.reset(static_cast<uint8_t*>(std::calloc(n ? n : 1, 1)));
+  if (!p_) throw std::bad_alloc();
+  n_ = n;
 }
 
 size_t KvCache::row_bytes(const Slot& s) const {

@@ -5,6 +5,8 @@
 // back a rejected speculative draft (at most max_ubatch positions) never loses a live key.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -81,12 +83,29 @@ class KvCache {
   size_t bytes() const;  // allocated bytes of K/V storage
 
  private:
+  // Zero-filled bytes from calloc: a block this large comes from the OS's zero pages, so the cache
+  // costs time and memory only as positions are written. (A std::vector wrote every byte up front:
+  // ~15 % of the time to first token of a short prompt with the default context.)
+  class ZeroedBytes {
+   public:
+    void allocate(size_t n);  // throws std::bad_alloc
+    uint8_t* data() { return p_.get(); }
+    const uint8_t* data() const { return p_.get(); }
+    size_t size() const { return n_; }
+
+   private:
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t[], Free> p_;
+    size_t n_ = 0;
+  };
   struct Slot {
     bool sliding = false;
     bool wraps = false;  // a sliding ring smaller than the context: cells are reused
     int capacity = 0;
     int width = 0;
-    std::vector<uint8_t> k, v;  // [n_seq][capacity][width] in the cache type
+    ZeroedBytes k, v;  // [n_seq][capacity][width] in the cache type
   };
   size_t row_bytes(const Slot& s) const;  // one K or V row of a slot in the cache type
   size_t offset(const Slot& s, int seq, int cell) const;
