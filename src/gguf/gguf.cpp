@@ -79,6 +79,7 @@ class Cursor {
   Cursor(const uint8_t* data, size_t size, const std::string& file) : data_(data), size_(size), file_(file) {}
 
   size_t pos() const { return pos_; }
+  void seek(size_t pos) { pos_ = pos < size_ ? pos : size_; }
   size_t remaining() const { return size_ - pos_; }
   void set_context(std::string c) { context_ = std::move(c); }
 
@@ -127,7 +128,56 @@ class Cursor {
   std::string context_;
 };
 
-Value read_value(Cursor& c, ValueType type, int depth);
+// A scalar's three fields as Value keeps them: integers mirrored into u, i and f; floats in f only.
+struct ScalarFields {
+  uint64_t u = 0;
+  int64_t i = 0;
+  double f = 0;
+};
+
+template <class T>
+ScalarFields unsigned_fields(T x) {
+  return {x, static_cast<int64_t>(x), static_cast<double>(x)};
+}
+
+template <class T>
+ScalarFields signed_fields(T x) {
+  return {static_cast<uint64_t>(static_cast<int64_t>(x)), x, static_cast<double>(x)};
+}
+
+// Any type but STRING and ARRAY.
+ScalarFields read_scalar(Cursor& c, ValueType type) {
+  switch (type) {
+    case ValueType::UINT8:
+      return unsigned_fields(c.read<uint8_t>("uint8 value"));
+    case ValueType::UINT16:
+      return unsigned_fields(c.read<uint16_t>("uint16 value"));
+    case ValueType::UINT32:
+      return unsigned_fields(c.read<uint32_t>("uint32 value"));
+    case ValueType::UINT64:
+      return unsigned_fields(c.read<uint64_t>("uint64 value"));
+    case ValueType::INT8:
+      return signed_fields(c.read<int8_t>("int8 value"));
+    case ValueType::INT16:
+      return signed_fields(c.read<int16_t>("int16 value"));
+    case ValueType::INT32:
+      return signed_fields(c.read<int32_t>("int32 value"));
+    case ValueType::INT64:
+      return signed_fields(c.read<int64_t>("int64 value"));
+    case ValueType::BOOL:
+      return unsigned_fields(c.read<uint8_t>("bool value") != 0 ? 1u : 0u);
+    case ValueType::FLOAT32:
+      return {0, 0, c.read<float>("float32 value")};
+    case ValueType::FLOAT64:
+      return {0, 0, c.read<double>("float64 value")};
+    case ValueType::STRING:
+    case ValueType::ARRAY:
+      break;
+  }
+  c.fail(c.pos(), "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
+}
+
+Value read_array(Cursor& c, int depth);
 
 Value read_array(Cursor& c, int depth) {
   size_t at = c.pos();
@@ -150,78 +200,38 @@ Value read_array(Cursor& c, int depth) {
                    " bytes but only " + std::to_string(c.remaining()) + " remain");
   }
   if (v.elem_type == ValueType::STRING) {
+    // Two passes: the lengths first, so the pool is allocated once at its size (a tokenizer's
+    // ~800k strings otherwise regrow it, copying and faulting in twice the memory).
+    const size_t first = c.pos();
+    size_t bytes = 0;
+    for (uint64_t k = 0; k < count; ++k) bytes += c.read_string_view("string value").size();
+    c.seek(first);
+    v.elems.reserve_strings(static_cast<size_t>(count), bytes);
     for (uint64_t k = 0; k < count; ++k) v.elems.push_string(c.read_string_view("string value"));
+  } else if (v.elem_type == ValueType::ARRAY) {
+    v.elems.reserve(static_cast<size_t>(count));
+    for (uint64_t k = 0; k < count; ++k) v.elems.push_back(read_array(c, depth + 1));
   } else {
     v.elems.reserve(static_cast<size_t>(count));
-    for (uint64_t k = 0; k < count; ++k) v.elems.push_back(read_value(c, v.elem_type, depth + 1));
+    for (uint64_t k = 0; k < count; ++k) {
+      const ScalarFields x = read_scalar(c, v.elem_type);
+      v.elems.push_scalar(v.elem_type, x.u, x.i, x.f);
+    }
   }
-  return v;
-}
-
-template <class T>
-Value unsigned_value(ValueType type, T x) {
-  Value v;
-  v.type = type;
-  v.u = x;
-  v.i = static_cast<int64_t>(x);
-  v.f = static_cast<double>(x);
-  return v;
-}
-
-template <class T>
-Value signed_value(ValueType type, T x) {
-  Value v;
-  v.type = type;
-  v.i = x;
-  v.u = static_cast<uint64_t>(static_cast<int64_t>(x));
-  v.f = static_cast<double>(x);
   return v;
 }
 
 Value read_value(Cursor& c, ValueType type, int depth) {
-  switch (type) {
-    case ValueType::UINT8:
-      return unsigned_value(type, c.read<uint8_t>("uint8 value"));
-    case ValueType::UINT16:
-      return unsigned_value(type, c.read<uint16_t>("uint16 value"));
-    case ValueType::UINT32:
-      return unsigned_value(type, c.read<uint32_t>("uint32 value"));
-    case ValueType::UINT64:
-      return unsigned_value(type, c.read<uint64_t>("uint64 value"));
-    case ValueType::INT8:
-      return signed_value(type, c.read<int8_t>("int8 value"));
-    case ValueType::INT16:
-      return signed_value(type, c.read<int16_t>("int16 value"));
-    case ValueType::INT32:
-      return signed_value(type, c.read<int32_t>("int32 value"));
-    case ValueType::INT64:
-      return signed_value(type, c.read<int64_t>("int64 value"));
-    case ValueType::BOOL: {
-      Value v = unsigned_value(type, c.read<uint8_t>("bool value") != 0 ? 1u : 0u);
-      return v;
-    }
-    case ValueType::FLOAT32: {
-      Value v;
-      v.type = type;
-      v.f = c.read<float>("float32 value");
-      return v;
-    }
-    case ValueType::FLOAT64: {
-      Value v;
-      v.type = type;
-      v.f = c.read<double>("float64 value");
-      return v;
-    }
-    case ValueType::STRING: {
-      Value v;
-      v.type = type;
-      v.s = c.read_string("string value");
-      return v;
-    }
-    case ValueType::ARRAY:
-      return read_array(c, depth);
+  Value v;
+  v.type = type;
+  if (type == ValueType::ARRAY) return read_array(c, depth);
+  if (type == ValueType::STRING) {
+    v.s = c.read_string("string value");
+    return v;
   }
-  c.fail(c.pos(), "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
+  const ScalarFields x = read_scalar(c, type);
+  v.u = x.u, v.i = x.i, v.f = x.f;
+  return v;
 }
 
 bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
@@ -338,6 +348,25 @@ void ValueArray::reserve(size_t n) {
   }
 }
 
+void ValueArray::reserve_strings(size_t n, size_t bytes) {
+  if (!packed_ || (count_ > 0 && type_ != ValueType::STRING)) return reserve(n);
+  pool_.reserve(pool_.size() + bytes);
+  offsets_.reserve(count_ + n + 1);
+}
+
+void ValueArray::push_scalar(ValueType type, uint64_t u, int64_t i, double f) {
+  if (packed_ && type != ValueType::STRING && type != ValueType::ARRAY && (count_ == 0 || type == type_)) {
+    type_ = type;
+    scalars_.push_back(Scalar{u, i, f});
+    ++count_;
+    return;
+  }
+  Value v;
+  v.type = type;
+  v.u = u, v.i = i, v.f = f;
+  push_back(v);
+}
+
 void ValueArray::push_back(const Value& v) {
   const bool packable = v.type != ValueType::ARRAY;
   if (packed_ && packable && (count_ == 0 || v.type == type_)) {
@@ -345,9 +374,7 @@ void ValueArray::push_back(const Value& v) {
       push_string(v.s);
       return;
     }
-    type_ = v.type;
-    scalars_.push_back(Scalar{v.u, v.i, v.f});
-    ++count_;
+    push_scalar(v.type, v.u, v.i, v.f);
     return;
   }
   if (packed_) unpack();

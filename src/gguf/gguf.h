@@ -53,8 +53,11 @@ class ValueArray {
   bool holds_strings() const { return packed_ && count_ > 0 && type_ == ValueType::STRING; }
 
   void reserve(size_t n);
+  void reserve_strings(size_t n, size_t bytes);  // room for n strings of `bytes` in all
   void push_back(const Value& v);
   void push_string(std::string_view s);  // a STRING element
+  // A scalar element (not STRING or ARRAY) given its three fields as Value holds them.
+  void push_scalar(ValueType type, uint64_t u, int64_t i, double f);
   void clear();
   ValueArray& operator=(std::vector<Value> values);
 
