@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -268,6 +269,51 @@ TEST(TokenizerSmall, LoadErrors) {
   EXPECT_THROW(Tokenizer{short_types}, TokenizerError);
   VocabData empty;
   EXPECT_THROW(Tokenizer{empty}, TokenizerError);
+}
+
+// Enough merges that the table is built on two threads: symbols that are not tokens get their ids
+// in rank order (left part, right part, then the two joined), and a repeated pair keeps its lowest
+// rank, exactly as one pass through the merges in rank order assigns them (simulated here with a
+// map). The parts are short words over "abcd", some of them tokens, so later merges reuse symbols
+// that earlier ones created.
+TEST(TokenizerSmall, ManyMergesGiveSymbolsAndRanksOfOnePassInRankOrder) {
+  std::mt19937 rng(7);
+  auto word = [&] {
+    std::string w;
+    for (int n = 1 + int(rng() % 3); n > 0; --n) w += char('a' + rng() % 4);
+    return w;
+  };
+  std::vector<std::string> normal;
+  for (int k = 0; k < 30; ++k)
+    if (std::string w = word(); std::find(normal.begin(), normal.end(), w) == normal.end())
+      normal.push_back(w);
+  std::vector<std::string> merges;
+  for (int k = 0; k < 12000; ++k) merges.push_back(k % 997 == 5 ? word() : word() + " " + word());
+  SmallVocab v = make_vocab(normal, merges);
+  const Vocab vocab(v.data);
+
+  std::map<std::string, int32_t> symbols;
+  for (size_t id = 0; id < v.data.tokens.size(); ++id) symbols[v.data.tokens[id]] = int32_t(id);
+  auto sym = [&](const std::string& s) {
+    return symbols.emplace(s, int32_t(symbols.size())).first->second;  // a new symbol takes the next id
+  };
+  std::map<std::pair<int32_t, int32_t>, Merge> table;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const size_t pos = merges[rank].find(' ', 1);
+    if (pos == std::string::npos) continue;  // a merge without a space never applies
+    const std::string left = merges[rank].substr(0, pos), right = merges[rank].substr(pos + 1);
+    const int32_t l = sym(left), r = sym(right);
+    table.emplace(std::make_pair(l, r), Merge{int32_t(rank), sym(left + right)});
+  }
+  ASSERT_GT(symbols.size(), v.data.tokens.size() + 100);  // many symbols are not tokens
+  for (const auto& [s, id] : symbols) EXPECT_EQ(vocab.symbol(s), id) << s;
+  EXPECT_EQ(vocab.n_merges(), int(table.size()));
+  for (const auto& [pair, m] : table) {
+    const auto got = vocab.merge(pair.first, pair.second);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->rank, m.rank);
+    EXPECT_EQ(got->result, m.result);
+  }
 }
 
 // A tokenizer read from a GGUF file (its tokens and merges read in place) gives the ids of the same

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <span>
+#include <system_error>
+#include <thread>
 
 #include "gguf/gguf.h"
 
@@ -389,36 +392,68 @@ void Vocab::build_merges(Strings merges) {
   merge_slots_.assign(capacity, MergeSlot{kEmptyKey, Merge{0, 0}});
   merge_mask_ = capacity - 1;
 
-  // Why the prefetches: the real vocabulary has ~500k merges, and both the string index (~1 M
-  // slots) and the merge table (~1 M slots) are far larger than the caches, so each lookup and each
-  // insert used to wait on memory (0.2 s of every start). Merges are split and hashed kAhead ranks
-  // before they are interned (in rank order, so new symbols get their ids as before) and their index
-  // slots prefetched then; each pair is inserted kAhead pairs after its table slot was prefetched,
-  // still in rank order.
+  // Why two phases and prefetches: the real vocabulary has ~500k merges, and both the string index
+  // (~1 M slots) and the merge table (~1 M slots) are far larger than the caches, so each lookup and
+  // each insert waits on memory (0.2 s of every start when done one after the other).
+  // Phase 1 looks up every merge's left part, right part and left + right among the symbols that
+  // exist before any merge is read: read-only, so split between two threads, each hashing kAhead
+  // merges before it looks them up and prefetching their index slots then.
+  // Phase 2, in rank order on this thread: what phase 1 did not find is interned (so new symbols
+  // get their ids in rank order, as a one-pass build gives them), and each pair is inserted kAhead
+  // pairs after its table slot was prefetched.
   constexpr size_t kAhead = 16;
-  struct Split {
-    size_t pos = 0;         // the space between left and right; 0: the merge can never apply
-    uint64_t hash[3] = {};  // left, right, left + right
+  struct Resolved {
+    uint32_t pos;   // the space between left and right; 0: the merge can never apply
+    int32_t id[3];  // left, right, left + right; kNoToken: not a symbol yet
   };
-  std::string joined;
-  auto split = [&](std::string_view m, Split& out) {
-    // llama.cpp splits at the first space after position 0, so a merge may start with a space.
-    const size_t pos = m.find(' ', 1);
-    out.pos = pos == std::string_view::npos || pos + 1 >= m.size() ? 0 : pos;
-    if (!out.pos) return;
-    const std::string_view left(m.data(), pos), right(m.data() + pos + 1, m.size() - pos - 1);
-    joined.assign(left);
-    joined.append(right);
-    const std::string_view parts[3] = {left, right, joined};
-    for (int k = 0; k < 3; ++k) {
-      out.hash[k] = string_hash(parts[k]);
-      __builtin_prefetch(&index_[out.hash[k] & index_mask_]);
+  LargeVector<Resolved> resolved(merges.size());
+  auto resolve = [&](size_t begin, size_t end) {
+    struct Split {
+      uint32_t pos = 0;
+      uint64_t hash[3] = {};
+    };
+    std::string joined;
+    auto split = [&](std::string_view m, Split& out) {
+      // llama.cpp splits at the first space after position 0, so a merge may start with a space.
+      const size_t pos = m.find(' ', 1);
+      out.pos = pos == std::string_view::npos || pos + 1 >= m.size() ? 0 : static_cast<uint32_t>(pos);
+      if (!out.pos) return;
+      joined.assign(m.substr(0, pos));
+      joined.append(m.substr(pos + 1));
+      const std::string_view parts[3] = {m.substr(0, pos), m.substr(pos + 1), joined};
+      for (int k = 0; k < 3; ++k) {
+        out.hash[k] = string_hash(parts[k]);
+        __builtin_prefetch(&index_[out.hash[k] & index_mask_]);
+      }
+    };
+    Split ring[kAhead];
+    std::string both;
+    for (size_t r = begin; r < std::min(begin + kAhead, end); ++r) split(merges[r], ring[r % kAhead]);
+    for (size_t rank = begin; rank < end; ++rank) {
+      const Split sp = ring[rank % kAhead];
+      if (rank + kAhead < end) split(merges[rank + kAhead], ring[rank % kAhead]);
+      Resolved& out = resolved[rank];
+      out.pos = sp.pos;
+      if (!sp.pos) continue;
+      const std::string_view m = merges[rank];
+      both.assign(m.substr(0, sp.pos));
+      both.append(m.substr(sp.pos + 1));
+      out.id[0] = index_find(m.substr(0, sp.pos), sp.hash[0]);
+      out.id[1] = index_find(m.substr(sp.pos + 1), sp.hash[1]);
+      out.id[2] = index_find(both, sp.hash[2]);
     }
   };
-  Split ring[kAhead];
-  for (size_t r = 0; r < std::min(kAhead, merges.size()); ++r) split(merges[r], ring[r]);
+  const size_t half = merges.size() / 2;
+  std::thread helper;
+  if (half >= 4096) {  // worth a thread; without one (none could be started) this thread does it all
+    try {
+      helper = std::thread(resolve, half, merges.size());
+    } catch (const std::system_error&) {
+    }
+  }
+  resolve(0, helper.joinable() ? half : merges.size());
+  if (helper.joinable()) helper.join();
 
-  // Pairs wait kAhead merges between their slot's prefetch and their insert, in rank order.
   struct Pending {
     uint64_t key;
     int32_t rank, result;
@@ -436,18 +471,25 @@ void Vocab::build_merges(Strings merges) {
       }
     }
   };
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const Split sp = ring[rank % kAhead];
-    if (rank + kAhead < merges.size()) split(merges[rank + kAhead], ring[rank % kAhead]);
-    if (!sp.pos) continue;  // can never apply
+    const Resolved& res = resolved[rank];
+    if (!res.pos) continue;  // can never apply
     const std::string_view m = merges[rank];
-    const std::string_view left(m.data(), sp.pos), right(m.data() + sp.pos + 1, m.size() - sp.pos - 1);
-    const int32_t l = intern(left, sp.hash[0]), r = intern(right, sp.hash[1]);
-    joined.assign(left);
-    joined.append(right);
+    const std::string_view left = m.substr(0, res.pos), right = m.substr(res.pos + 1);
+    auto symbol_of = [&](int k, std::string_view s) {
+      return res.id[k] != kNoToken ? res.id[k] : intern(s, string_hash(s));
+    };
+    const int32_t l = symbol_of(0, left), r = symbol_of(1, right);
+    int32_t result = res.id[2];
+    if (result == kNoToken) {
+      joined.assign(left);
+      joined.append(right);
+      result = symbol_of(2, joined);
+    }
     Pending& p = pending[n_pending++ % kAhead];
     if (n_pending > kAhead) insert(p);  // the oldest, whose slot was prefetched kAhead pairs ago
-    p = Pending{pair_key(l, r), static_cast<int32_t>(rank), intern(joined, sp.hash[2])};
+    p = Pending{pair_key(l, r), static_cast<int32_t>(rank), result};
     __builtin_prefetch(&merge_slots_[mix64(p.key) & merge_mask_], 1);
 
     // Remember which characters a merge can glue to a following U+2581 (see glues_to_following_space).
@@ -483,7 +525,7 @@ int32_t Vocab::index_find(std::string_view s, uint64_t h) const {
 
 void Vocab::index_insert(int32_t sym) {
   if (2 * (index_used_ + 1) > index_.size()) {  // keep the load factor under 1/2
-    std::vector<uint64_t> old;
+    LargeVector<uint64_t> old;
     old.swap(index_);
     index_.assign(old.size() * 2, 0);
     index_mask_ = index_.size() - 1;
