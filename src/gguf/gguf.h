@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gguf/ggml_types.h"
+#include "gguf/large_alloc.h"
 
 namespace gem4::gguf {
 
@@ -95,9 +96,10 @@ class ValueArray {
   bool packed_ = true;                 // empty arrays start packed
   ValueType type_ = ValueType::UINT8;  // packed: the elements' type
   size_t count_ = 0;                   // packed: element count
-  std::vector<Scalar> scalars_;
-  std::string pool_;               // packed strings, back to back
-  std::vector<uint64_t> offsets_;  // packed strings: string k is pool_[offsets_[k], offsets_[k + 1])
+  // In huge pages when large (gguf/large_alloc.h): a tokenizer's arrays are 10-30 MB.
+  LargeVector<Scalar> scalars_;
+  LargeString pool_;               // packed strings, back to back
+  LargeVector<uint64_t> offsets_;  // packed strings: string k is pool_[offsets_[k], offsets_[k + 1])
   std::vector<Value> values_;      // generic
 };
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "gguf/large_alloc.h"
 #include "kernels/matmul.h"
 #include "model/attention.h"
 #include "model/kv_cache.h"
@@ -38,16 +39,16 @@ double run_group(const MatmulJob* jobs, int count, ThreadPool* pool);
 
 // A layer's intermediates, kept by the caller so that they are sized once.
 struct BlockBuffers {
-  std::vector<float> a;              // [n, d] normed input of the current branch
-  std::vector<float> q;              // [n, H*hd] queries, normed and rotated
-  std::vector<float> attn;           // [n, H*hd] attention output, heads concatenated
-  std::vector<float> o;              // [n, d] a branch's output before its residual add
-  std::vector<float> gate, up, act;  // [n, n_ff] MLP
+  LargeVector<float> a;              // [n, d] normed input of the current branch
+  LargeVector<float> q;              // [n, H*hd] queries, normed and rotated
+  LargeVector<float> attn;           // [n, H*hd] attention output, heads concatenated
+  LargeVector<float> o;              // [n, d] a branch's output before its residual add
+  LargeVector<float> gate, up, act;  // [n, n_ff] MLP
   // Mixture of experts: the dense branch, the router's input and logits, the experts' input and sum,
   // and every used expert's rows gathered one expert after the other (input, gate|up, activation,
   // output).
-  std::vector<float> dense, router_in, router_logits, expert_in, expert_sum;
-  std::vector<float> ex_x, ex_gu, ex_act, ex_y;
+  LargeVector<float> dense, router_in, router_logits, expert_in, expert_sum;
+  LargeVector<float> ex_x, ex_gu, ex_act, ex_y;
   // Room for n rows of every layer of c (no-op once large enough).
   void resize(int n, const ModelConfig& c);
 };
@@ -60,7 +61,7 @@ struct AttentionKeys {
   const int32_t* mask_pos = nullptr;  // per row: the position the causal and window mask ends at
   const int32_t* seq = nullptr;       // per row: the sequence of the cache
   bool crop = true;
-  const int* kv_len = nullptr;  // per sequence: cached positions (only without crop)
+  const int* kv_len = nullptr;       // per sequence: cached positions (only without crop)
   const int32_t* mask_hi = nullptr;  // per row: the last visible position (null: mask_pos; images see ahead)
   int llama_cols = 0;  // > 0, F32 cache: llama.cpp's order (attention.h) for a batch of this many rows
 };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/large_alloc.h"
 #include "model/batch.h"
 #include "model/block.h"
 #include "model/kv_cache.h"
@@ -30,15 +31,15 @@ struct ForwardOutputs {
 // Work done, for `gem4 bench` (FLOPs per token of the plan that ran).
 struct ForwardStats {
   double matmul_macs = 0;
-  double matmul_seconds = 0;   // wall time inside matrix products
-  double weight_bytes = 0;     // weight bytes the matrix products streamed
+  double matmul_seconds = 0;  // wall time inside matrix products
+  double weight_bytes = 0;    // weight bytes the matrix products streamed
   // The subset that runs on the int8 GEMM kernels: quantized weights, more than 4 rows (fewer rows
   // take the bandwidth-bound GEMV path; F32/F16/BF16 weights the float kernels).
   double int8_gemm_macs = 0;
   double int8_gemm_seconds = 0;
   double attention_macs = 0;
-  int64_t rows = 0;        // rows entering layer 0
-  int64_t tail_rows = 0;   // rows that went through the KV-shared tail
+  int64_t rows = 0;       // rows entering layer 0
+  int64_t tail_rows = 0;  // rows that went through the KV-shared tail
   int64_t micro_batches = 0;
   int64_t skipped_tails = 0;  // micro-batches that stopped after the last K/V write
   void reset() { *this = ForwardStats(); }
@@ -97,18 +98,18 @@ class Forward {
   ThreadPool* pool_;
 
   // State of the current micro-batch; row i of every buffer is the i-th active row.
-  int n_ = 0;                     // active rows
-  int llama_cols_ = 0;            // llama_f32_order: activation columns llama.cpp's products have, else 0
+  int n_ = 0;           // active rows
+  int llama_cols_ = 0;  // llama_f32_order: activation columns llama.cpp's products have, else 0
   std::vector<int32_t> tok_, pos_, seq_, row_;  // token, position, sequence, batch row
-  std::vector<int32_t> hi_;       // last visible position: pos, or the end of the row's image span
-  bool has_spans_ = false;        // some row sees past its own position
-  std::vector<int> kv_len_;       // per sequence: cached positions after this micro-batch
-  std::vector<float> x0_;         // [n, d] scaled token embeddings (PLE projection input)
-  std::vector<float> h_;          // [n, d] residual stream
-  std::vector<float> ple_;        // [n, L*P] per-layer inputs
-  std::vector<float> k_, v_;      // [n, Hk*hd] keys and values of a KV-owning layer
-  std::vector<float> pg_;         // [n, P] PLE gate
-  BlockBuffers buf_;              // the decoder layer's intermediates (a: the normed input of a branch)
+  std::vector<int32_t> hi_;   // last visible position: pos, or the end of the row's image span
+  bool has_spans_ = false;    // some row sees past its own position
+  std::vector<int> kv_len_;   // per sequence: cached positions after this micro-batch
+  LargeVector<float> x0_;     // [n, d] scaled token embeddings (PLE projection input)
+  LargeVector<float> h_;      // [n, d] residual stream
+  LargeVector<float> ple_;    // [n, L*P] per-layer inputs
+  LargeVector<float> k_, v_;  // [n, Hk*hd] keys and values of a KV-owning layer
+  LargeVector<float> pg_;     // [n, P] PLE gate
+  BlockBuffers buf_;          // the decoder layer's intermediates (a: the normed input of a branch)
 };
 
 }  // namespace gem4

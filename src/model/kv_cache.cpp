@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 #include <stdexcept>
 
 #include "kernels/convert.h"
@@ -62,8 +61,9 @@ KvCache::KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvT
 }
 
 void KvCache::ZeroedBytes::allocate(size_t n) {
-  p_.reset(static_cast<uint8_t*>(std::calloc(n ? n : 1, 1)));
-  if (!p_) throw std::bad_alloc();
+  free_large(p_, n_);
+  p_ = nullptr, n_ = 0;
+  p_ = static_cast<uint8_t*>(allocate_large(n));
   n_ = n;
 }
 

@@ -5,11 +5,10 @@
 // back a rejected speculative draft (at most max_ubatch positions) never loses a live key.
 #pragma once
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "gguf/large_alloc.h"
 #include "model/config.h"
 
 namespace gem4 {
@@ -83,21 +82,22 @@ class KvCache {
   size_t bytes() const;  // allocated bytes of K/V storage
 
  private:
-  // Zero-filled bytes from calloc: a block this large comes from the OS's zero pages, so the cache
+  // Zeroed bytes from allocate_large: a large block is a fresh mapping in huge pages, so the cache
   // costs time and memory only as positions are written. (A std::vector wrote every byte up front:
   // ~15 % of the time to first token of a short prompt with the default context.)
   class ZeroedBytes {
    public:
-    void allocate(size_t n);  // throws std::bad_alloc
-    uint8_t* data() { return p_.get(); }
-    const uint8_t* data() const { return p_.get(); }
+    ZeroedBytes() = default;
+    ZeroedBytes(ZeroedBytes&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+    ZeroedBytes& operator=(ZeroedBytes&&) = delete;
+    ~ZeroedBytes() { free_large(p_, n_); }
+    void allocate(size_t n);  // once; throws std::bad_alloc
+    uint8_t* data() { return p_; }
+    const uint8_t* data() const { return p_; }
     size_t size() const { return n_; }
 
    private:
-    struct Free {
-      void operator()(uint8_t* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t[], Free> p_;
+    uint8_t* p_ = nullptr;
     size_t n_ = 0;
   };
   struct Slot {

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gguf/large_alloc.h"
+
 namespace gem4::gguf {
 class GgufFile;
 class ValueArray;
@@ -163,19 +165,20 @@ class Vocab {
 
   std::string source_;
   int32_t n_tokens_ = 0;
+  // The large tables live in huge pages (gguf/large_alloc.h): ~40 MB for the real vocabulary.
   // Symbol strings (the tokens, then merge parts that are not tokens) packed in one buffer:
   // symbol i is pool_[offsets_[i], offsets_[i + 1]).
-  std::string pool_;
-  std::vector<uint32_t> offsets_;
+  LargeString pool_;
+  LargeVector<uint32_t> offsets_;
   // String -> symbol index: open addressing, a slot holds (hash high bits << 32 | symbol + 1).
-  std::vector<uint64_t> index_;
+  LargeVector<uint64_t> index_;
   uint64_t index_mask_ = 0;
   size_t index_used_ = 0;
 
-  std::vector<TokenType> types_;
-  std::vector<uint32_t> attrs_;
-  std::string piece_pool_;
-  std::vector<uint32_t> piece_offsets_;
+  LargeVector<TokenType> types_;
+  LargeVector<uint32_t> attrs_;
+  LargeString piece_pool_;
+  LargeVector<uint32_t> piece_offsets_;
   int32_t ascii_symbols_[128];
   int32_t byte_tokens_[256];
   SpecialIds special_;
@@ -183,7 +186,7 @@ class Vocab {
   std::vector<uint8_t> eog_flags_;
   std::vector<int32_t> eog_ids_;
   std::vector<int32_t> special_tokens_;
-  std::vector<MergeSlot> merge_slots_;
+  LargeVector<MergeSlot> merge_slots_;
   uint64_t merge_mask_ = 0;
   int n_merges_ = 0;
   bool ascii_glue_[128] = {};
