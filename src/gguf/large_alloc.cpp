@@ -15,7 +15,7 @@ size_t mapped_size(size_t bytes) {
 }  // namespace
 
 void* allocate_large(size_t bytes) {
-  if (bytes < kMappedBytes) {
+  if (!kLargeBlocksMapped || bytes < kMappedBytes) {
     void* p = std::calloc(bytes ? bytes : 1, 1);
     if (!p) throw std::bad_alloc();
     return p;
@@ -45,7 +45,7 @@ void* allocate_large(size_t bytes) {
 
 void free_large(void* p, size_t bytes) {
   if (!p) return;
-  if (bytes < kMappedBytes) {
+  if (!kLargeBlocksMapped || bytes < kMappedBytes) {
     std::free(p);
   } else if (bytes < kLargeBlockBytes) {
     ::munmap(p, bytes);
