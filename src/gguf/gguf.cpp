@@ -177,8 +177,6 @@ ScalarFields read_scalar(Cursor& c, ValueType type) {
   c.fail(c.pos(), "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
 }
 
-Value read_array(Cursor& c, int depth);
-
 Value read_array(Cursor& c, int depth) {
   size_t at = c.pos();
   if (depth >= kMaxArrayNesting) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
-#include <memory>
 #include <span>
 #include <system_error>
 #include <thread>
