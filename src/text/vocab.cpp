@@ -410,36 +410,34 @@ void Vocab::build_merges(Strings merges) {
     struct Split {
       uint32_t pos = 0;
       uint64_t hash[3] = {};
+      std::string joined;  // left + right, built once for its hash and kept for its lookup
     };
-    std::string joined;
     auto split = [&](std::string_view m, Split& out) {
       // llama.cpp splits at the first space after position 0, so a merge may start with a space.
       const size_t pos = m.find(' ', 1);
       out.pos = pos == std::string_view::npos || pos + 1 >= m.size() ? 0 : static_cast<uint32_t>(pos);
       if (!out.pos) return;
-      joined.assign(m.substr(0, pos));
-      joined.append(m.substr(pos + 1));
-      const std::string_view parts[3] = {m.substr(0, pos), m.substr(pos + 1), joined};
+      out.joined.assign(m.substr(0, pos));
+      out.joined.append(m.substr(pos + 1));
+      const std::string_view parts[3] = {m.substr(0, pos), m.substr(pos + 1), out.joined};
       for (int k = 0; k < 3; ++k) {
         out.hash[k] = string_hash(parts[k]);
         __builtin_prefetch(&index_[out.hash[k] & index_mask_]);
       }
     };
     Split ring[kAhead];
-    std::string both;
     for (size_t r = begin; r < std::min(begin + kAhead, end); ++r) split(merges[r], ring[r % kAhead]);
     for (size_t rank = begin; rank < end; ++rank) {
-      const Split sp = ring[rank % kAhead];
-      if (rank + kAhead < end) split(merges[rank + kAhead], ring[rank % kAhead]);
+      Split& sp = ring[rank % kAhead];
       Resolved& out = resolved[rank];
       out.pos = sp.pos;
-      if (!sp.pos) continue;
-      const std::string_view m = merges[rank];
-      both.assign(m.substr(0, sp.pos));
-      both.append(m.substr(sp.pos + 1));
-      out.id[0] = index_find(m.substr(0, sp.pos), sp.hash[0]);
-      out.id[1] = index_find(m.substr(sp.pos + 1), sp.hash[1]);
-      out.id[2] = index_find(both, sp.hash[2]);
+      if (sp.pos) {
+        const std::string_view m = merges[rank];
+        out.id[0] = index_find(m.substr(0, sp.pos), sp.hash[0]);
+        out.id[1] = index_find(m.substr(sp.pos + 1), sp.hash[1]);
+        out.id[2] = index_find(sp.joined, sp.hash[2]);
+      }
+      if (rank + kAhead < end) split(merges[rank + kAhead], sp);  // the slot is free again
     }
   };
   const size_t half = merges.size() / 2;
