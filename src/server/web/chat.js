@@ -100,7 +100,13 @@ function requestBody() {
   return body;
 }
 
-// Reads an SSE body: calls onData(payload) for every "data: ..." event.
+// Lets the page handle input (a Stop click) and paint. A fast server can have the whole answer
+// buffered already; reader.read() then resolves as a microtask, and a loop over it would keep the
+// main thread until the last event, so a click on Stop would land only after the end.
+const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+// Reads an SSE body: calls onData(payload) for every "data: ..." event, yielding to the event loop
+// after each network read.
 async function readEvents(response, onData) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -109,14 +115,34 @@ async function readEvents(response, onData) {
     const { value, done } = await reader.read();
     if (done) break;
     buf += decoder.decode(value, { stream: true });
-    let end;
-    while ((end = buf.indexOf('\n\n')) >= 0) {
-      const event = buf.slice(0, end);
-      buf = buf.slice(end + 2);
-      for (const line of event.split('\n'))
+    let start = 0, end;
+    while ((end = buf.indexOf('\n\n', start)) >= 0) {
+      for (const line of buf.slice(start, end).split('\n'))
         if (line.startsWith('data: ')) onData(line.slice(6));
+      start = end + 2;
     }
+    buf = buf.slice(start);
+    await nextTask();
   }
+}
+
+// Appends streamed text to an element through one text node (no re-parse of what is there) and
+// scrolls the message into view once per frame rather than once per chunk (each scroll forces a
+// layout of the whole conversation).
+function textSink(target, scrollEl) {
+  const node = document.createTextNode('');
+  target.appendChild(node);
+  let scrollPending = false;
+  return (text) => {
+    node.appendData(text);
+    if (scrollEl && !scrollPending) {
+      scrollPending = true;
+      requestAnimationFrame(() => {
+        scrollPending = false;
+        scrollEl.scrollIntoView({ block: 'end' });
+      });
+    }
+  };
 }
 
 async function send(text) {
@@ -128,6 +154,8 @@ async function send(text) {
   const content = el.querySelector('.content');
   const details = el.querySelector('details.reasoning');
   const reasoning = el.querySelector('.reasoning-text');
+  const addContent = textSink(content, el);
+  const addReasoning = textSink(reasoning, null);
   el.dataset.state = 'streaming';
   el.dataset.chunks = '0';
   try {
@@ -165,13 +193,12 @@ async function send(text) {
       const d = choice.delta || {};
       if (d.reasoning_content) {
         details.hidden = false;
-        reasoning.textContent += d.reasoning_content;
+        addReasoning(d.reasoning_content);
         el.dataset.chunks = String(Number(el.dataset.chunks) + 1);
       }
       if (d.content) {
-        content.textContent += d.content;
+        addContent(d.content);
         el.dataset.chunks = String(Number(el.dataset.chunks) + 1);
-        el.scrollIntoView({ block: 'end' });
       }
       if (choice.finish_reason) finish = choice.finish_reason;
     });
