@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "gguf/ggml_types.h"
@@ -285,6 +286,69 @@ TEST(GgufValueArray, PackedAndGenericArraysReadBackTheirElements) {
   EXPECT_EQ(numbers.string_at(1), "bc");
   numbers.clear();
   EXPECT_TRUE(numbers.empty());
+}
+
+// Arrays of scalars keep the file's bytes (one to eight per element, not a Value each) and give back
+// each element's three fields as a scalar read alone gives them: integers mirrored into u, i and f,
+// floats in f, a bool as 0 or 1. Extremes of every type, through a file; then in code, where a value
+// whose fields do not mirror each other is kept as it came.
+TEST(GgufValueArray, ScalarArraysOfEveryTypeGiveBackTheirFields) {
+  const auto u = [](ValueType t, uint64_t x) { return make_scalar(t, x, int64_t(x), double(x)); };
+  const auto i = [](ValueType t, int64_t x) { return make_scalar(t, uint64_t(x), x, double(x)); };
+  const auto f = [](ValueType t, double x) { return make_scalar(t, 0, 0, x); };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<std::string, Value>> arrays = {
+      {"a.u8", make_array(ValueType::UINT8, {u(ValueType::UINT8, 0), u(ValueType::UINT8, 255)})},
+      {"a.i8", make_array(ValueType::INT8, {i(ValueType::INT8, -128), i(ValueType::INT8, 127)})},
+      {"a.u16", make_array(ValueType::UINT16, {u(ValueType::UINT16, 65535), u(ValueType::UINT16, 1)})},
+      {"a.i16", make_array(ValueType::INT16, {i(ValueType::INT16, -32768), i(ValueType::INT16, -1)})},
+      {"a.u32", make_array(ValueType::UINT32, {u(ValueType::UINT32, 4294967295u), u(ValueType::UINT32, 7)})},
+      {"a.i32",
+       make_array(ValueType::INT32, {i(ValueType::INT32, INT32_MIN), i(ValueType::INT32, INT32_MAX)})},
+      {"a.u64", make_array(ValueType::UINT64, {u(ValueType::UINT64, UINT64_MAX), u(ValueType::UINT64, 0)})},
+      {"a.i64",
+       make_array(ValueType::INT64, {i(ValueType::INT64, INT64_MIN), i(ValueType::INT64, INT64_MAX)})},
+      {"a.f32", make_array(ValueType::FLOAT32,
+                           {f(ValueType::FLOAT32, -0.0),
+                            f(ValueType::FLOAT32, double(std::numeric_limits<float>::denorm_min())),
+                            f(ValueType::FLOAT32, -inf), f(ValueType::FLOAT32, 3.25)})},
+      {"a.f64", make_array(ValueType::FLOAT64,
+                           {f(ValueType::FLOAT64, 3.141592653589793), f(ValueType::FLOAT64, -4.9e-324)})},
+      {"a.bool", make_array(ValueType::BOOL, {u(ValueType::BOOL, 1), u(ValueType::BOOL, 0)})},
+  };
+  GgufWriter w;
+  w.set_string("general.architecture", "gemma4");
+  for (const auto& [key, v] : arrays) w.set_value(key, v);
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  auto file = GgufFile::from_memory(bytes.data(), bytes.size(), "arrays.gguf");
+  for (const auto& [key, want] : arrays) {
+    SCOPED_TRACE(key);
+    const Value* got = file->find(key);
+    ASSERT_NE(got, nullptr);
+    ASSERT_EQ(got->elem_type, want.elem_type);
+    ASSERT_EQ(got->elems.size(), want.elems.size());
+    for (size_t k = 0; k < want.elems.size(); ++k) {
+      const Value g = got->elems[k], e = want.elems[k];
+      EXPECT_EQ(g.type, e.type);
+      EXPECT_EQ(g.u, e.u);
+      EXPECT_EQ(g.i, e.i);
+      EXPECT_EQ(std::memcmp(&g.f, &e.f, sizeof g.f), 0)
+          << g.f << " vs " << e.f;  // -0.0 and the smallest denormal too
+    }
+  }
+
+  // In code: consistent values pushed one by one, then one whose fields disagree.
+  ValueArray a;
+  a.push_back(i(ValueType::INT16, -5));
+  a.push_scalar(ValueType::INT16, uint64_t(int64_t(300)), 300, 300.0);
+  a.push_back(make_scalar(ValueType::INT16, 1, 2, 3.5));
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].i, -5);
+  EXPECT_EQ(a[0].u, uint64_t(int64_t(-5)));
+  EXPECT_EQ(a[1].f, 300.0);
+  EXPECT_EQ(a[2].u, 1u);
+  EXPECT_EQ(a[2].i, 2);
+  EXPECT_EQ(a[2].f, 3.5);
 }
 
 TEST(GgufRoundTrip, EveryValueTypeThroughAFile) {

@@ -23,20 +23,22 @@ TEST(LargeAlloc, EverySizeClassIsZeroedWritableAndAligned) {
                           kLargeBlockBytes,
                           kLargeBlockBytes + 1,
                           5 * kLargeBlockBytes + 123};
-  for (size_t n : sizes) {
-    auto* p = static_cast<uint8_t*>(allocate_large(n));
-    ASSERT_NE(p, nullptr) << n;
-    for (size_t i = 0; i < n; i += 997) EXPECT_EQ(p[i], 0) << n << " at " << i;
-    if (n) {
-      EXPECT_EQ(p[n - 1], 0) << n;
+  for (size_t n : sizes)
+    for (Pages pages : {Pages::Huge, Pages::Small}) {
+      SCOPED_TRACE(pages == Pages::Huge ? "huge pages" : "small pages");
+      auto* p = static_cast<uint8_t*>(allocate_large(n, pages));
+      ASSERT_NE(p, nullptr) << n;
+      for (size_t i = 0; i < n; i += 997) EXPECT_EQ(p[i], 0) << n << " at " << i;
+      if (n) {
+        EXPECT_EQ(p[n - 1], 0) << n;
+      }
+      if (kLargeBlocksMapped && n >= kLargeBlockBytes && pages == Pages::Huge) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kLargeBlockBytes, 0u) << n;
+      }
+      for (size_t i = 0; i < n; i += 4096) p[i] = uint8_t(i >> 12);
+      if (n) p[n - 1] = 0xAB;  // the last byte is inside the block (ASan or a fault says otherwise)
+      free_large(p, n);
     }
-    if (kLargeBlocksMapped && n >= kLargeBlockBytes) {
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kLargeBlockBytes, 0u) << n;
-    }
-    for (size_t i = 0; i < n; i += 4096) p[i] = uint8_t(i >> 12);
-    if (n) p[n - 1] = 0xAB;  // the last byte is inside the block (ASan or a fault says otherwise)
-    free_large(p, n);
-  }
   free_large(nullptr, kLargeBlockBytes);  // a no-op, as free(nullptr)
 }
 

@@ -85,6 +85,15 @@ TEST(Ops, GeluF16VectorisedMatchesReference) {
         ASSERT_TRUE(same_bits(want[i], got[i]))
             << "n " << n << " gate " << gate[i] << " up " << up[i] << ": " << want[i] << " vs " << got[i];
       }
+      // In place, over gate (the MLP's form) and over up: the same bits.
+      for (int over = 0; over < 2; ++over) {
+        std::vector<float> g(gate.begin(), gate.begin() + n), u(up.begin(), up.begin() + n);
+        float* out = over == 0 ? g.data() : u.data();
+        gelu_tanh_f16_mul(g.data(), u.data(), out, n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_TRUE(same_bits(want[i], out[i]))
+              << "in place over " << (over == 0 ? "gate" : "up") << ", n " << n << " element " << i;
+      }
     }
     // NaN stays NaN (its bit pattern may differ), in a vector body and in a tail.
     std::vector<float> g(17, 1.0f), u(17, 1.0f), out(17);

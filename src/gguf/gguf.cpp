@@ -107,6 +107,14 @@ class Cursor {
 
   std::string read_string(const char* what) { return std::string(read_string_view(what)); }
 
+  // The next n bytes inside the image (valid while the image lives).
+  const uint8_t* read_bytes(uint64_t n, const char* what) {
+    need(n, what);
+    const uint8_t* p = data_ + pos_;
+    pos_ += n;
+    return p;
+  }
+
   // The string's bytes inside the image (valid while the image lives).
   std::string_view read_string_view(const char* what) {
     size_t at = pos_;
@@ -145,36 +153,54 @@ ScalarFields signed_fields(T x) {
   return {static_cast<uint64_t>(static_cast<int64_t>(x)), x, static_cast<double>(x)};
 }
 
-// Any type but STRING and ARRAY.
-ScalarFields read_scalar(Cursor& c, ValueType type) {
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The fields of a scalar stored as in the file (scalar_size(type) little-endian bytes at p). Any type
+// but STRING and ARRAY; `type` is valid.
+ScalarFields fields_of_bytes(ValueType type, const uint8_t* p) {
   switch (type) {
     case ValueType::UINT8:
-      return unsigned_fields(c.read<uint8_t>("uint8 value"));
+      return unsigned_fields(load<uint8_t>(p));
     case ValueType::UINT16:
-      return unsigned_fields(c.read<uint16_t>("uint16 value"));
+      return unsigned_fields(load<uint16_t>(p));
     case ValueType::UINT32:
-      return unsigned_fields(c.read<uint32_t>("uint32 value"));
+      return unsigned_fields(load<uint32_t>(p));
     case ValueType::UINT64:
-      return unsigned_fields(c.read<uint64_t>("uint64 value"));
+      return unsigned_fields(load<uint64_t>(p));
     case ValueType::INT8:
-      return signed_fields(c.read<int8_t>("int8 value"));
+      return signed_fields(load<int8_t>(p));
     case ValueType::INT16:
-      return signed_fields(c.read<int16_t>("int16 value"));
+      return signed_fields(load<int16_t>(p));
     case ValueType::INT32:
-      return signed_fields(c.read<int32_t>("int32 value"));
+      return signed_fields(load<int32_t>(p));
     case ValueType::INT64:
-      return signed_fields(c.read<int64_t>("int64 value"));
+      return signed_fields(load<int64_t>(p));
     case ValueType::BOOL:
-      return unsigned_fields(c.read<uint8_t>("bool value") != 0 ? 1u : 0u);
+      return unsigned_fields(load<uint8_t>(p) != 0 ? 1u : 0u);
     case ValueType::FLOAT32:
-      return {0, 0, c.read<float>("float32 value")};
+      return {0, 0, load<float>(p)};
     case ValueType::FLOAT64:
-      return {0, 0, c.read<double>("float64 value")};
+      return {0, 0, load<double>(p)};
     case ValueType::STRING:
     case ValueType::ARRAY:
       break;
   }
-  c.fail(c.pos(), "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
+  return {};
+}
+
+bool is_scalar(ValueType t) {
+  return valid_value_type(uint32_t(t)) && t != ValueType::STRING && t != ValueType::ARRAY;
+}
+
+// Any type but STRING and ARRAY.
+ScalarFields read_scalar(Cursor& c, ValueType type) {
+  if (!is_scalar(type)) c.fail(c.pos(), "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
+  return fields_of_bytes(type, c.read_bytes(scalar_size(type), "scalar value"));
 }
 
 Value read_array(Cursor& c, int depth) {
@@ -209,12 +235,9 @@ Value read_array(Cursor& c, int depth) {
   } else if (v.elem_type == ValueType::ARRAY) {
     v.elems.reserve(static_cast<size_t>(count));
     for (uint64_t k = 0; k < count; ++k) v.elems.push_back(read_array(c, depth + 1));
-  } else {
-    v.elems.reserve(static_cast<size_t>(count));
-    for (uint64_t k = 0; k < count; ++k) {
-      const ScalarFields x = read_scalar(c, v.elem_type);
-      v.elems.push_scalar(v.elem_type, x.u, x.i, x.f);
-    }
+  } else {  // stored as the file has them: a tokenizer's 262144 scores take 1 MB, not 6
+    const size_t bytes = static_cast<size_t>(count) * scalar_size(v.elem_type);
+    v.elems.push_scalars(v.elem_type, c.read_bytes(bytes, "array elements"), static_cast<size_t>(count));
   }
   return v;
 }
@@ -321,15 +344,19 @@ Value ValueArray::operator[](size_t k) const {
   if (type_ == ValueType::STRING) {
     v.s = string_at(k);
   } else {
-    v.u = scalars_[k].u;
-    v.i = scalars_[k].i;
-    v.f = scalars_[k].f;
+    const ScalarFields x = fields_of_bytes(type_, raw_.data() + k * scalar_size(type_));
+    v.u = x.u, v.i = x.i, v.f = x.f;
   }
   return v;
 }
 
 std::string_view ValueArray::string_at(size_t k) const {
-  if (!packed_) return values_.at(k).s;
+  if (!packed_) {
+    const Value& v = values_.at(k);
+    if (v.type != ValueType::STRING)
+      throw std::out_of_range("gguf array: no string element " + std::to_string(k));
+    return v.s;
+  }
   if (!holds_strings() || k >= count_)
     throw std::out_of_range("gguf array: no string element " + std::to_string(k));
   return std::string_view(pool_).substr(offsets_[k], offsets_[k + 1] - offsets_[k]);
@@ -342,7 +369,7 @@ void ValueArray::reserve(size_t n) {
   if (!packed_) {
     values_.reserve(n);
   } else if (count_ == 0) {
-    scalars_.reserve(n);
+    raw_.reserve(n * 8);  // the widest scalar
   }
 }
 
@@ -353,16 +380,59 @@ void ValueArray::reserve_strings(size_t n, size_t bytes) {
 }
 
 void ValueArray::push_scalar(ValueType type, uint64_t u, int64_t i, double f) {
-  if (packed_ && type != ValueType::STRING && type != ValueType::ARRAY && (count_ == 0 || type == type_)) {
-    type_ = type;
-    scalars_.push_back(Scalar{u, i, f});
-    ++count_;
-    return;
+  if (packed_ && is_scalar(type) && (count_ == 0 || type == type_)) {
+    uint8_t b[8];
+    switch (type) {
+      case ValueType::FLOAT32: {
+        const float x = static_cast<float>(f);
+        std::memcpy(b, &x, 4);
+        break;
+      }
+      case ValueType::FLOAT64:
+        std::memcpy(b, &f, 8);
+        break;
+      case ValueType::INT8:
+      case ValueType::INT16:
+      case ValueType::INT32:
+      case ValueType::INT64:
+        std::memcpy(b, &i, 8);  // little-endian: the low bytes first
+        break;
+      default:
+        std::memcpy(b, &u, 8);
+        break;
+    }
+    // Only what the stored bytes give back exactly: a value built in code may carry fields that do
+    // not mirror each other or be out of its type's range (the writer reports that), and stays whole.
+    const ScalarFields x = fields_of_bytes(type, b);
+    if (x.u == u && x.i == i && std::memcmp(&x.f, &f, sizeof f) == 0) {
+      push_scalars(type, b, 1);
+      return;
+    }
   }
   Value v;
   v.type = type;
   v.u = u, v.i = i, v.f = f;
-  push_back(v);
+  if (packed_) unpack();
+  values_.push_back(v);
+}
+
+void ValueArray::push_scalars(ValueType type, const uint8_t* bytes, size_t n) {
+  if (n == 0) return;
+  if (!packed_ || !is_scalar(type) || (count_ > 0 && type != type_)) {
+    for (size_t k = 0; k < n; ++k) {
+      const ScalarFields x = fields_of_bytes(type, bytes + k * scalar_size(type));
+      Value v;
+      v.type = type;
+      v.u = x.u, v.i = x.i, v.f = x.f;
+      push_back(v);
+    }
+    return;
+  }
+  type_ = type;
+  const size_t at = raw_.size(), len = n * scalar_size(type);
+  raw_.resize(at + len);
+  std::memcpy(raw_.data() + at, bytes, len);
+  count_ += n;
 }
 
 void ValueArray::push_back(const Value& v) {
@@ -384,7 +454,7 @@ void ValueArray::push_string(std::string_view s) {
     if (count_ == 0) {
       type_ = ValueType::STRING;
       offsets_.assign(1, 0);
-      scalars_ = {};  // what reserve() set aside for scalars
+      raw_ = {};  // what reserve() set aside for scalars
     }
     pool_.append(s);
     offsets_.push_back(pool_.size());
@@ -411,7 +481,7 @@ void ValueArray::unpack() {
   for (size_t k = 0; k < count_; ++k) values.push_back((*this)[k]);
   packed_ = false;
   count_ = 0;
-  scalars_ = {};
+  raw_ = {};
   pool_ = {};
   offsets_ = {};
   values_ = std::move(values);

@@ -59,6 +59,8 @@ class ValueArray {
   void push_string(std::string_view s);  // a STRING element
   // A scalar element (not STRING or ARRAY) given its three fields as Value holds them.
   void push_scalar(ValueType type, uint64_t u, int64_t i, double f);
+  // n scalar elements of `type` stored as a GGUF file stores them (n x the type's size in bytes).
+  void push_scalars(ValueType type, const uint8_t* bytes, size_t n);
   void clear();
   ValueArray& operator=(std::vector<Value> values);
 
@@ -86,18 +88,13 @@ class ValueArray {
   const_iterator end() const { return {this, size()}; }
 
  private:
-  struct Scalar {
-    uint64_t u;
-    int64_t i;
-    double f;
-  };
   void unpack();  // to generic Values (an element that cannot be packed arrived)
 
   bool packed_ = true;                 // empty arrays start packed
   ValueType type_ = ValueType::UINT8;  // packed: the elements' type
   size_t count_ = 0;                   // packed: element count
   // In huge pages when large (gguf/large_alloc.h): a tokenizer's arrays are 10-30 MB.
-  LargeVector<Scalar> scalars_;
+  LargeVector<uint8_t> raw_;       // packed scalars, as the file stores them (the type's size each)
   LargeString pool_;               // packed strings, back to back
   LargeVector<uint64_t> offsets_;  // packed strings: string k is pool_[offsets_[k], offsets_[k + 1])
   std::vector<Value> values_;      // generic

@@ -14,7 +14,7 @@ size_t mapped_size(size_t bytes) {
 }
 }  // namespace
 
-void* allocate_large(size_t bytes) {
+void* allocate_large(size_t bytes, Pages pages) {
   if (!kLargeBlocksMapped || bytes < kMappedBytes) {
     void* p = std::calloc(bytes ? bytes : 1, 1);
     if (!p) throw std::bad_alloc();
@@ -23,6 +23,14 @@ void* allocate_large(size_t bytes) {
   if (bytes < kLargeBlockBytes) {  // a mapping of its own: zero pages until written, no memset
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;
+  }
+  if (pages == Pages::Small) {  // the size free_large unmaps; only touched pages take memory
+    const size_t size = mapped_size(bytes);
+    if (size < bytes) throw std::bad_alloc();  // overflow
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ::madvise(p, size, MADV_NOHUGEPAGE);  // advice, as below
     return p;
   }
   // Map one huge page more than needed and trim both ends, so the block starts on a 2 MiB boundary

@@ -26,8 +26,14 @@ constexpr bool kLargeBlocksMapped = true;
 constexpr size_t kMappedBytes = size_t{64} << 10;     // from this size on: a mapping of its own
 constexpr size_t kLargeBlockBytes = size_t{2} << 20;  // from this size on: in huge pages
 
-void* allocate_large(size_t bytes);      // zeroed; throws std::bad_alloc
-void free_large(void* p, size_t bytes);  // `bytes` as given to allocate_large
+// Huge: blocks of 2 MiB and more in transparent huge pages, for what is written whole (tables,
+// buffers). Small: 4 KiB pages only (advised MADV_NOHUGEPAGE, also where THP is "always"), for what
+// is written a little at a time and may stay mostly untouched: a KV cache, where a short prompt's
+// first write to each K/V plane of 2 MiB or more made a whole huge page resident.
+enum class Pages { Huge, Small };
+
+void* allocate_large(size_t bytes, Pages pages = Pages::Huge);  // zeroed; throws std::bad_alloc
+void free_large(void* p, size_t bytes);                         // `bytes` as given to allocate_large
 
 template <class T>
 struct LargeAllocator {

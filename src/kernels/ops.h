@@ -27,14 +27,15 @@ void rope_neox_reference(float* x, int64_t n_heads, int64_t head_dim, int64_t po
 
 // GELU, tanh approximation (PyTorch's gelu_pytorch_tanh).
 float gelu_tanh(float x);
-void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);  // out = gelu(gate) * up
+// out = gelu(gate) * up, element by element: out may be gate or up (in place).
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // The same GELU as llama.cpp's CPU backend computes it: input rounded to f16, looked up in a table of
 // f16 results (0 below -10, identity above 10). Its ~1e-3 relative error is harmless for trained
 // models but matters when comparing logits with llama.cpp on chaotic random models, where 8-bit
 // activation rounding amplifies every difference. Forward uses it unless exact GELU is asked for.
 float gelu_tanh_f16(float x);
-void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n);
+void gelu_tanh_f16_mul(const float* gate, const float* up, float* out, int64_t n);  // out may be gate or up
 // The same, one element at a time (the reference the vectorised version is tested against).
 void gelu_tanh_f16_mul_reference(const float* gate, const float* up, float* out, int64_t n);
 

@@ -33,7 +33,7 @@ void BlockBuffers::resize(int n, const ModelConfig& c) {
   const size_t qw = size_t(c.max_q_width()), ff = size_t(c.max_ff());
   a.resize(rows * d), o.resize(rows * d);
   q.resize(rows * qw), attn.resize(rows * qw);
-  gate.resize(rows * ff), up.resize(rows * ff), act.resize(rows * ff);
+  gate.resize(rows * ff), up.resize(rows * ff);
 }
 
 DecoderBlock::DecoderBlock(const ModelConfig& c, const ModelWeights& w, ThreadPool* pool, MatmulHook matmul,
@@ -88,26 +88,6 @@ double DecoderBlock::attention(int l, const AttentionKeys& keys, float* h, int n
   return macs;
 }
 
-void DecoderBlock::mlp(int l, bool exact_gelu, float* h, int n) const {
-  if (c_.n_expert > 0) return moe_mlp(l, exact_gelu, h, n);
-  const LayerWeights& lw = w_.layers[l];
-  const int d = c_.d_model, ff = c_.layers[l].n_ff;
-  norm_rows(h, lw.ffn_norm.data(), n, buf_.a.data());
-  const MatmulTarget gate_up[2] = {{lw.ffn_gate, buf_.gate.data(), ff}, {lw.ffn_up, buf_.up.data(), ff}};
-  matmul_(gate_up, 2, buf_.a.data(), n, d);
-  // Element-wise, so the split among threads does not change a bit.
-  parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
-    if (exact_gelu) {
-      gelu_tanh_mul(buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
-    } else {
-      gelu_tanh_f16_mul(buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
-    }
-  });
-  const MatmulTarget down{lw.ffn_down, buf_.o.data(), d};
-  matmul_(&down, 1, buf_.act.data(), n, ff);
-  add_normed(lw.post_ffw_norm.data(), h, n);
-}
-
 namespace {
 void gelu_mul(bool exact, const float* g, const float* u, float* y, int64_t n) {
   if (exact) {
@@ -117,6 +97,22 @@ void gelu_mul(bool exact, const float* g, const float* u, float* y, int64_t n) {
   }
 }
 }  // namespace
+
+void DecoderBlock::mlp(int l, bool exact_gelu, float* h, int n) const {
+  if (c_.n_expert > 0) return moe_mlp(l, exact_gelu, h, n);
+  const LayerWeights& lw = w_.layers[l];
+  const int d = c_.d_model, ff = c_.layers[l].n_ff;
+  norm_rows(h, lw.ffn_norm.data(), n, buf_.a.data());
+  const MatmulTarget gate_up[2] = {{lw.ffn_gate, buf_.gate.data(), ff}, {lw.ffn_up, buf_.up.data(), ff}};
+  matmul_(gate_up, 2, buf_.a.data(), n, d);
+  // Element-wise, so the split among threads does not change a bit; in place, into gate.
+  parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
+    gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.gate.data() + b, e - b);
+  });
+  const MatmulTarget down{lw.ffn_down, buf_.o.data(), d};
+  matmul_(&down, 1, buf_.gate.data(), n, ff);
+  add_normed(lw.post_ffw_norm.data(), h, n);
+}
 
 void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
   const LayerWeights& lw = w_.layers[l];
@@ -184,11 +180,11 @@ void DecoderBlock::moe_mlp(int l, bool exact_gelu, float* h, int n) const {
   // instead of one per hand-out), with the dense down moved to the last barrier: on a Zen 5, 26B-A4B
   // Q4_0, tokens alternated between the two forms, the median pair was 0.998-1.003 (no gain).
   parallel_for(pool_, int64_t(n) * ff, 4096, [&](int64_t b, int64_t e, int) {
-    gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.act.data() + b, e - b);
+    gelu_mul(exact_gelu, buf_.gate.data() + b, buf_.up.data() + b, buf_.gate.data() + b, e - b);
   });
   std::vector<MatmulJob> jobs;
   jobs.reserve(2 * used.size() + 1);
-  jobs.push_back({lw.ffn_down, buf_.act.data(), n, ff, buf_.dense.data(), d});
+  jobs.push_back({lw.ffn_down, buf_.gate.data(), n, ff, buf_.dense.data(), d});
   for (int e : used) {
     const float* x = rows_of[e].size() == 1 ? &buf_.expert_in[size_t(rows_of[e][0].first) * d]
                                             : &buf_.ex_x[size_t(offset[e]) * d];

@@ -39,11 +39,11 @@ double run_group(const MatmulJob* jobs, int count, ThreadPool* pool);
 
 // A layer's intermediates, kept by the caller so that they are sized once.
 struct BlockBuffers {
-  LargeVector<float> a;              // [n, d] normed input of the current branch
-  LargeVector<float> q;              // [n, H*hd] queries, normed and rotated
-  LargeVector<float> attn;           // [n, H*hd] attention output, heads concatenated
-  LargeVector<float> o;              // [n, d] a branch's output before its residual add
-  LargeVector<float> gate, up, act;  // [n, n_ff] MLP
+  LargeVector<float> a;         // [n, d] normed input of the current branch
+  LargeVector<float> q;         // [n, H*hd] queries, normed and rotated
+  LargeVector<float> attn;      // [n, H*hd] attention output, heads concatenated
+  LargeVector<float> o;         // [n, d] a branch's output before its residual add
+  LargeVector<float> gate, up;  // [n, n_ff] MLP; the activation gelu(gate) * up replaces gate
   // Mixture of experts: the dense branch, the router's input and logits, the experts' input and sum,
   // and every used expert's rows gathered one expert after the other (input, gate|up, activation,
   // output).

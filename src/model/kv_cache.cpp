@@ -63,7 +63,7 @@ KvCache::KvCache(const ModelConfig& c, int n_ctx, int n_seq, int max_ubatch, KvT
 void KvCache::ZeroedBytes::allocate(size_t n) {
   free_large(p_, n_);
   p_ = nullptr, n_ = 0;
-  p_ = static_cast<uint8_t*>(allocate_large(n));
+  p_ = static_cast<uint8_t*>(allocate_large(n, Pages::Small));
   n_ = n;
 }
 
