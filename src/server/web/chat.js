@@ -102,8 +102,16 @@ function requestBody() {
 
 // Lets the page handle input (a Stop click) and paint. A fast server can have the whole answer
 // buffered already; reader.read() then resolves as a microtask, and a loop over it would keep the
-// main thread until the last event, so a click on Stop would land only after the end.
-const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
+// main thread until the last event, so a click on Stop would land only after the end. A message to
+// ourselves is a task the browser runs after pending input, and unlike setTimeout it is not slowed
+// to one a second (or a minute) in a background tab, where the reply must keep being read.
+const yieldChannel = new MessageChannel();
+const yieldWaiting = [];
+yieldChannel.port1.onmessage = () => yieldWaiting.shift()();
+const nextTask = () => new Promise((resolve) => {
+  yieldWaiting.push(resolve);
+  yieldChannel.port2.postMessage(null);
+});
 
 // Reads an SSE body: calls onData(payload) for every "data: ..." event, yielding to the event loop
 // after each network read.
