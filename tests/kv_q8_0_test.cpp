@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -301,7 +302,7 @@ TEST(KvQ8_0, PrefixStoreResumesAndPromptCacheKeysTheType) {
     EXPECT_EQ(0,
               std::memcmp(kv.v_row(s, 0, kv.cell_of(s, pos)), back.v_row(s, 0, back.cell_of(s, pos)), row));
   }
-  generate::clear_prompt_cache_dir(dir);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
