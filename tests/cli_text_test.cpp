@@ -3,6 +3,7 @@
 // `gem4 tokenize` / `gem4 template` on the public tokenizer goldens (vocab-only GGUF).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "test_util.h"
 
 namespace {
@@ -98,6 +101,60 @@ TEST(CliText, RunGreedyMatchesLlamaCpp) {
   const CommandResult too_long = gem4("run -m " + quoted(model) + " -c 512 -p '" + long_prompt + "'");
   EXPECT_EQ(too_long.rc, 1);
   EXPECT_NE(too_long.err.find("prompt of 601 tokens does not fit the context of 512"), std::string::npos) << too_long.err;
+}
+
+// Sampling values that are not finite as floats (NaN, inf, 1e39) or a repetition penalty of 0 or less
+// are refused with the flag or the file's general.sampling.* key named (the sampler itself would name
+// only its own field), and a huge -n is not wrapped around into 0 tokens.
+TEST(CliText, SamplingValuesAreCheckedWithTheirFlagOrKeyNamed) {
+  const std::string model = gem4::test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf");
+  const std::string run = "run -m " + quoted(model) + " -p 'In the beginning' -t 2 -c 512 ";
+  const struct {
+    const char* flags;
+    const char* want;
+  } bad[] = {
+      {"--temp nan", "flag '--temp' must be a finite number (as a float), got nan"},
+      {"--temp 1e39", "flag '--temp' must be a finite number (as a float), got 1e39"},
+      {"--top-p inf", "flag '--top-p' must be a finite number"},
+      {"--min-p -inf", "flag '--min-p' must be a finite number"},
+      {"--presence-penalty 1e40", "flag '--presence-penalty' must be a finite number"},
+      {"--frequency-penalty nan", "flag '--frequency-penalty' must be a finite number"},
+      {"--repeat-penalty 0", "flag '--repeat-penalty' must be a finite number above 0"},
+      {"--repeat-penalty -1", "flag '--repeat-penalty' must be a finite number above 0"},
+  };
+  for (const auto& b : bad) {
+    const CommandResult r = gem4(run + b.flags + " -n 2");
+    EXPECT_EQ(r.rc, 2) << b.flags << ": " << r.err;
+    EXPECT_NE(r.err.find(b.want), std::string::npos) << b.flags << ": " << r.err;
+    EXPECT_EQ(r.err.find("SamplingParams"), std::string::npos) << b.flags << ": " << r.err;
+  }
+  // 2^32 tokens at most: as an int that would be 0. Greedy from here ends at the context (512).
+  const CommandResult huge = gem4(run + "--temp 0 -n 4294967296");
+  ASSERT_EQ(huge.rc, 0) << huge.err;
+  EXPECT_EQ(huge.err.find("generation: 0 tokens"), std::string::npos) << huge.err;
+
+  // The same check on the file's key: the tiny model with general.sampling.temp = NaN.
+  const auto src = gem4::gguf::GgufFile::open(model);
+  gem4::gguf::GgufWriter w;
+  for (const auto& [key, value] : src->metadata()) w.set_value(key, value);
+  w.set_f32("general.sampling.temp", std::nanf(""));
+  for (const auto& t : src->tensors()) {
+    const uint8_t* data = src->tensor_data(t);
+    w.add_tensor(t.name, t.ne, t.type, std::vector<uint8_t>(data, data + t.nbytes));
+  }
+  const std::string nan_model = "/tmp/gem4_cli_nan_temp_" + std::to_string(getpid()) + ".gguf";
+  w.write(nan_model);
+  const CommandResult from_file =
+      gem4("run -m " + quoted(nan_model) + " -p 'In the beginning' -t 2 -c 512 -n 2");
+  const CommandResult overridden =
+      gem4("run -m " + quoted(nan_model) + " -p 'In the beginning' -t 2 -c 512 -n 2 --temp 0");
+  std::remove(nan_model.c_str());
+  EXPECT_EQ(from_file.rc, 2) << from_file.err;
+  EXPECT_NE(
+      from_file.err.find(nan_model + ": general.sampling.temp must be a finite number (as a float), got nan"),
+      std::string::npos)
+      << from_file.err;
+  EXPECT_EQ(overridden.rc, 0) << "the flag replaces the file's value: " << overridden.err;
 }
 
 // Perplexity over the whole of valid.txt (181 chunks of 256): llama.cpp gives 33.7321.

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -107,22 +109,48 @@ void declare_sampling_flags(Args& a) {
   a.flag("--ignore-eos", "do not stop at end-of-generation tokens");
 }
 
+namespace {
+
+// One sampling value: the flag's, else the file's general.sampling.* key, else `fallback`; as a float
+// it must be finite (and, where `positive`, above 0), and an error names the flag or the key, not the
+// sampler's field (1e39 is a valid double but an infinite float).
+float sampling_value(const Args& a, const std::string& flag, const gguf::GgufFile& file, const char* key,
+                     float fallback, bool positive = false) {
+  std::string source, given;
+  double v = fallback;
+  if (a.has(flag)) {
+    v = a.number(flag);
+    source = "flag '" + flag + "'", given = a.str(flag);
+  } else if (key && file.has(key)) {
+    v = file.get_float_or(key, fallback);
+    std::ostringstream text;
+    text << v;
+    source = file.path() + ": " + key, given = text.str();
+  } else {
+    return fallback;
+  }
+  const float f = float(v);
+  if (!std::isfinite(f) || (positive && !(f > 0)))
+    throw ArgError(source + (positive ? " must be a finite number above 0" : " must be a finite number") +
+                   " (as a float), got " + given);
+  return f;
+}
+
+}  // namespace
+
 generate::SamplingParams sampling_params(const Args& a, const gguf::GgufFile& file) {
   generate::SamplingParams p;
-  p.temperature = float(file.get_float_or("general.sampling.temp", p.temperature));
+  p.temperature = sampling_value(a, "--temp", file, "general.sampling.temp", p.temperature);
   p.top_k = int32_t(file.get_int_or("general.sampling.top_k", p.top_k));
-  p.top_p = float(file.get_float_or("general.sampling.top_p", p.top_p));
-  p.min_p = float(file.get_float_or("general.sampling.min_p", p.min_p));
-  p.repeat_penalty = float(file.get_float_or("general.sampling.penalty_repeat", p.repeat_penalty));
+  p.top_p = sampling_value(a, "--top-p", file, "general.sampling.top_p", p.top_p);
+  p.min_p = sampling_value(a, "--min-p", file, "general.sampling.min_p", p.min_p);
+  p.repeat_penalty =
+      sampling_value(a, "--repeat-penalty", file, "general.sampling.penalty_repeat", p.repeat_penalty, true);
   p.repeat_last_n = int32_t(file.get_int_or("general.sampling.penalty_last_n", p.repeat_last_n));
-  if (a.has("--temp")) p.temperature = float(a.number("--temp"));
   if (a.has("--top-k")) p.top_k = int32_t(a.integer("--top-k"));
-  if (a.has("--top-p")) p.top_p = float(a.number("--top-p"));
-  if (a.has("--min-p")) p.min_p = float(a.number("--min-p"));
-  if (a.has("--repeat-penalty")) p.repeat_penalty = float(a.number("--repeat-penalty"));
   if (a.has("--repeat-last-n")) p.repeat_last_n = int32_t(a.integer("--repeat-last-n"));
-  p.presence_penalty = float(a.number("--presence-penalty"));
-  p.frequency_penalty = float(a.number("--frequency-penalty"));
+  p.presence_penalty = sampling_value(a, "--presence-penalty", file, nullptr, p.presence_penalty);
+  p.frequency_penalty = sampling_value(a, "--frequency-penalty", file, nullptr, p.frequency_penalty);
   if (a.has("--seed")) {
     p.seed = uint64_t(a.integer("--seed"));
   } else {
@@ -133,7 +161,7 @@ generate::SamplingParams sampling_params(const Args& a, const gguf::GgufFile& fi
 }
 
 void apply_request_flags(const Args& a, generate::GenerateRequest& req) {
-  req.max_tokens = int(std::max<long long>(-1, a.integer("-n")));
+  req.max_tokens = int(std::clamp<long long>(a.integer("-n"), -1, INT_MAX));  // -5 is -1, 2^32 not 0
   if (a.has("--stop")) req.stop.push_back(a.str("--stop"));
   req.stop_at_eog = !a.on("--ignore-eos");
 }
