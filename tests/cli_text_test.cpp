@@ -157,6 +157,20 @@ TEST(CliText, SamplingValuesAreCheckedWithTheirFlagOrKeyNamed) {
   EXPECT_EQ(overridden.rc, 0) << "the flag replaces the file's value: " << overridden.err;
 }
 
+// llama.cpp's spellings of the context and micro-batch flags are accepted beside gem4's own.
+TEST(CliText, LlamaCppFlagSpellingsAreAccepted) {
+  const std::string model = gem4::test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf");
+  const CommandResult r = gem4("run -m " + quoted(model) + " -p 'In the beginning' -n 2 --temp 0 -t 2 --ctx-size 256 -ub 8");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("(f16, 256 tokens)"), std::string::npos) << r.err;
+  const CommandResult same = gem4("run -m " + quoted(model) + " -p 'In the beginning' -n 2 --temp 0 -t 2 -c 256 --ubatch 8");
+  ASSERT_EQ(same.rc, 0) << same.err;
+  EXPECT_EQ(r.out, same.out);
+  const CommandResult bad = gem4("run -m " + quoted(model) + " -p 'In the beginning' -n 2 --ubatch-size 0");
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_NE(bad.err.find("'--ubatch' must be at least 1"), std::string::npos) << bad.err;
+}
+
 // Perplexity over the whole of valid.txt (181 chunks of 256): llama.cpp gives 33.7321.
 TEST(CliText, PerplexityMatchesLlamaCppSlow) {
   const std::string model = gem4::test::testdata("tiny-gemma4/tiny-gemma4-f32.gguf");

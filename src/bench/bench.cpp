@@ -138,7 +138,7 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-pg", "PP,TG", "a prompt followed by generation, e.g. 512,128");
   a.value("-d,--n-depth", "LIST", "tokens of context before each test", "0");
   a.value("-r,--repetitions", "N", "repetitions of each test", "2");
-  a.value("--ubatch", "N", "micro-batch size", "512");
+  a.value("--ubatch,-ub,--ubatch-size", "N", "micro-batch size", "512");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f16");
   a.value("--prune", "LIST", "prune rows before the KV-shared tail: 1,0 runs both", "1,0");
   a.value("--mask-crop", "LIST", "attention visits only visible keys", "1");

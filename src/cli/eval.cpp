@@ -19,7 +19,7 @@ int cmd_eval(int argc, char** argv, int first) {
   Args a("eval", "Runs token ids through the model and writes float32 logits (row-major, one row per output position).");
   a.value("-m,--model", "FILE", "GGUF model");
   a.value("--ids", "LIST", "comma-separated token ids, e.g. 2,651,1234");
-  a.value("--ubatch", "N", "micro-batch size", "512");
+  a.value("--ubatch,-ub,--ubatch-size", "N", "micro-batch size", "512");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f32");
   a.flag("--all-logits", "write logits for every position (default: only the last)");
   a.value("--out", "FILE", "where to write the logits");

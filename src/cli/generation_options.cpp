@@ -18,8 +18,8 @@
 namespace gem4::cli {
 
 void declare_session_flags(Args& a) {
-  a.value("-c,--ctx", "N", "context size in tokens", "the model's, at most 4096");
-  a.value("--ubatch", "N", "micro-batch size for prompt processing", "512");
+  a.value("-c,--ctx,--ctx-size", "N", "context size in tokens", "the model's, at most 4096");
+  a.value("--ubatch,-ub,--ubatch-size", "N", "micro-batch size for prompt processing", "512");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f16");
   a.value("--cache-ram", "MIB", "memory for K/V snapshots of past prefixes (0: off)", "256");
   a.value("--prompt-cache", "DIR", "keep prompt prefixes' K/V on disk in DIR, across runs");

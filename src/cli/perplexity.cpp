@@ -22,8 +22,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
   a.value("-m,--model", "FILE", "GGUF model");
   a.value("-f,--file", "FILE", "text file (tokenized with the model's tokenizer, BOS first)");
   a.value("--ids-file", "FILE", "whitespace-separated token ids instead of text");
-  a.value("-c,--ctx", "N", "tokens per chunk", "512");
-  a.value("--ubatch", "N", "micro-batch size", "512");
+  a.value("-c,--ctx,--ctx-size", "N", "tokens per chunk", "512");
+  a.value("--ubatch,-ub,--ubatch-size", "N", "micro-batch size", "512");
   a.value("--chunks", "N", "score at most N chunks");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f32");
   declare_thread_flag(a);

@@ -79,10 +79,10 @@ int cmd_serve(int argc, char** argv, int first) {
   a.value("-m,--model", "FILE", "GGUF model");
   a.value("--host", "ADDR", "address to listen on", "127.0.0.1");
   a.value("--port", "N", "TCP port (0: any free port; the chosen one is printed)", "8080");
-  a.value("--parallel", "N", "slots: requests generated at the same time (sequences of the KV cache)", "1");
-  a.value("--ctx", "N", "context length of each slot (default: the model's, at most 4096)");
+  a.value("--parallel,-np", "N", "slots: requests generated at the same time (sequences of the KV cache)", "1");
+  a.value("--ctx,-c,--ctx-size", "N", "context length of each slot (default: the model's, at most 4096)");
   a.value("--api-key", "KEY", "require 'Authorization: Bearer KEY' on every route except /health");
-  a.value("--ubatch", "N", "rows per engine step: decode tokens plus one prompt chunk", "512");
+  a.value("--ubatch,-ub,--ubatch-size", "N", "rows per engine step: decode tokens plus one prompt chunk", "512");
   a.value("--max-body", "BYTES", "largest request body accepted", "8388608");
   a.value("--kv-type", "TYPE", "KV cache type: f32 | f16 | bf16 | q8_0", "f16");
   a.value("--max-queue", "N",
