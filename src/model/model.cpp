@@ -73,7 +73,9 @@ void release_file_pages(std::span<MatrixView* const> matrices) {
 void pack_file_matrices(Model& m, const LoadOptions& opt) {
   const std::vector<MatrixView*> matrices = matrices_to_pack(m.weights);
   if (matrices.empty()) {
-    m.packed_origin = "no packed copies (no matrix has a packed layout on this CPU)";
+    m.packed_origin =
+        "read in place (packed copies are made for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices, on the SIMD "
+        "kernel sets; this file or kernel set has none)";
     return;
   }
   std::string why_not_mapped;
