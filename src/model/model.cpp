@@ -74,8 +74,8 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
   const std::vector<MatrixView*> matrices = matrices_to_pack(m.weights);
   if (matrices.empty()) {
     m.packed_origin =
-        "read in place (packed copies are made for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices, on the SIMD "
-        "kernel sets; this file or kernel set has none)";
+        "read in place: packed copies are made of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices for the SIMD "
+        "kernel sets, and this file or kernel set has none";
     return;
   }
   std::string why_not_mapped;
