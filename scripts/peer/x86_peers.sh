@@ -18,6 +18,7 @@
 #   --rounds how many times each file's engines are alternated (default 2).
 #   --work   where the generated files are kept and reused (default /tmp/gem4-peers; ~25 GB for all).
 #   --files  which of e2b-q8_0,e2b-q4_0,e2b-q4_k_m,e4b-q4_0 (default all).
+#   --report-only  print the table again from the last run's results in --work (measures nothing).
 #
 # The files are E2B/E4B-shaped with random weights: `gem4 make-model --preset e2b|e4b --type f16`,
 # quantized by the llama.cpp given (`llama-quantize F16 OUT q8_0|q4_0|q4_k_m`). Run it on a quiet
@@ -27,6 +28,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 gem4="$here/build/bin/gem4"
 llama="" ik="" isa="" reps=2 rounds=2 work=/tmp/gem4-peers files="e2b-q8_0,e2b-q4_0,e2b-q4_k_m,e4b-q4_0"
+report_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --llama) llama="$2"; shift 2 ;;
@@ -36,10 +38,14 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --files) files="$2"; shift 2 ;;
+    --report-only) report_only=1; shift ;;
     -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "x86_peers: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+results="$work/x86_peers.results"
+ttft_file="$work/x86_peers.ttft"
+if [ "$report_only" = 0 ]; then
 [ -n "$llama" ] || { echo "x86_peers: --llama BIN is required (see --help)" >&2; exit 2; }
 [ -x "$gem4" ] || { echo "x86_peers: build gem4 first (make build)" >&2; exit 2; }
 for b in "$llama/llama-bench" "$llama/llama-quantize" ${ik:+"$ik/llama-bench"}; do
@@ -59,7 +65,7 @@ echo "x86_peers: log in $log" >&2
   echo "ISA: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx_vnni|avx512f|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
   echo "gem4 $(git -C "$here" log -1 --format=%h), kernel set: ${isa:-the best this CPU has}"
   echo "llama.cpp: $llama${ik:+; ik_llama.cpp: $ik}"
-} | tee -a "$log"
+} | tee "$work/x86_peers.machine" >>"$log"
 
 make_file() {  # name -> path (generated once, kept in $work)
   local name="$1" preset="${1%%-*}" type="${1#*-}"
@@ -72,7 +78,6 @@ make_file() {  # name -> path (generated once, kept in $work)
   echo "$out"
 }
 
-results="$work/x86_peers.results"
 : > "$results"
 for name in ${files//,/ }; do
   file=$(make_file "$name")
@@ -101,8 +106,12 @@ if [[ ",$files," == *",e2b-q4_0,"* ]]; then
     [ "$i" -gt 0 ] && ttft="$ttft $t"
   done
 fi
+echo "$ttft" > "$ttft_file"
+fi  # report_only
+cat "$work/x86_peers.machine" 2>/dev/null
 
-python3 - "$results" "$ttft" <<'EOF'
+python3 - "$results" "$(cat "$ttft_file" 2>/dev/null)" <<'EOF'
+
 import re, sys
 from collections import defaultdict
 rows = defaultdict(list)  # (engine, file, test, variant) -> [t/s per round]
@@ -142,15 +151,20 @@ def fmt(v):
     return '–'.join(f'{x:.1f}' if x >= 10 else f'{x:.2f}' for x in (min(v), max(v))) if v else '-'
 
 def ratio(a, b):
+    # a, b: per-round lists; a round's ratio compares the runs made one after the other in it.
     if not a or not b:
         return ''
-    lo, hi = min(a) / max(b), max(a) / min(b)
-    return f' ({lo:.2f}–{hi:.2f}×)'
+    per = len(a) // len(b) if len(a) % len(b) == 0 and len(a) >= len(b) else 0
+    if not per:
+        return ''
+    r = [sum(a[i * per:(i + 1) * per]) / per / b[i] for i in range(len(b))]
+    return ' (' + ', '.join(f'{x:.2f}' for x in r) + '×)'
 
 names = sorted({k[1] for k in rows}, key=lambda n: ['e2b-q8_0', 'e2b-q4_0', 'e2b-q4_k_m', 'e4b-q4_0'].index(n)
                if n in ['e2b-q8_0', 'e2b-q4_0', 'e2b-q4_k_m', 'e4b-q4_0'] else 9)
 has_ik = any(k[0] == 'ik' for k in rows)
-print('\n## Results (t/s, min–max over the rounds; ratios: gem4 against llama.cpp, worst–best pairing)\n')
+print('\n## Results (t/s, min–max over the rounds; ratios: gem4 against llama.cpp (or ik), one per round, '
+      'each of the runs made one after the other in that round)\n')
 head = '| file | llama.cpp pp512 |' + (' ik pp512 |' if has_ik else '') + \
        ' gem4 pp512 unpruned | gem4 pp512 pruned | llama.cpp tg32 |' + (' ik tg32 |' if has_ik else '') + \
        ' gem4 tg32 | gem4 tg32 of read bandwidth |'
