@@ -16,7 +16,8 @@
 #   --isa    the kernel set gem4 is forced to (GEM4_ISA); default: the best one this CPU has.
 #   --reps   repetitions of each bench (-r) (default 2); each file's engines alternate in every round.
 #   --rounds how many times each file's engines are alternated (default 2).
-#   --work   where the generated files are kept and reused (default /tmp/gem4-peers; ~25 GB for all).
+#   --work   where the generated files are kept and reused (default /tmp/gem4-peers; ~41 GB for all four
+#            and their F16 sources, which may be deleted once the quantized files exist).
 #   --files  which of e2b-q8_0,e2b-q4_0,e2b-q4_k_m,e4b-q4_0 (default all).
 #   --report-only  print the table again from the last run's results in --work (measures nothing).
 #
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --work) work="$2"; shift 2 ;;
     --files) files="$2"; shift 2 ;;
     --report-only) report_only=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "x86_peers: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
