@@ -129,12 +129,8 @@ for line in open(sys.argv[1]):
     if m[0] + 1 >= len(cells) or '±' not in cells[m[0] + 1]:
         continue  # gem4's roofline table, read below
     speed = float(cells[m[0] + 1].split('±')[0])
-    variant = ''
-    if engine == 'gem4':
-        if test.startswith('tg'):
-            variant = ''  # both variants decode the same way; keep both as rounds
-        else:
-            variant = 'pruned' if cells[5] == '1' else 'unpruned'
+    # gem4's pp rows by variant (column 5: prune); its tg rows of both variants count as the round's runs.
+    variant = ('pruned' if cells[5] == '1' else 'unpruned') if engine == 'gem4' and test.startswith('pp') else ''
     rows[(engine, name, test, variant)].append(speed)
 roof = defaultdict(list)
 for line in open(sys.argv[1]):
@@ -145,8 +141,7 @@ for line in open(sys.argv[1]):
             roof[parts[1]].append(cells[7])
 
 def cell(engine, name, test, variant=''):
-    v = rows.get((engine, name, test, variant))
-    return v
+    return rows.get((engine, name, test, variant))
 
 def fmt(v):
     return '–'.join(f'{x:.1f}' if x >= 10 else f'{x:.2f}' for x in (min(v), max(v))) if v else '-'
@@ -161,8 +156,8 @@ def ratio(a, b):
     r = [sum(a[i * per:(i + 1) * per]) / per / b[i] for i in range(len(b))]
     return ' (' + ', '.join(f'{x:.2f}' for x in r) + '×)'
 
-names = sorted({k[1] for k in rows}, key=lambda n: ['e2b-q8_0', 'e2b-q4_0', 'e2b-q4_k_m', 'e4b-q4_0'].index(n)
-               if n in ['e2b-q8_0', 'e2b-q4_0', 'e2b-q4_k_m', 'e4b-q4_0'] else 9)
+order = ['e2b-q8_0', 'e2b-q4_0', 'e2b-q4_k_m', 'e4b-q4_0']
+names = sorted({k[1] for k in rows}, key=lambda n: order.index(n) if n in order else len(order))
 has_ik = any(k[0] == 'ik' for k in rows)
 print('\n## Results (t/s, min–max over the rounds; ratios: gem4 against llama.cpp (or ik), one per round, '
       'each of the runs made one after the other in that round)\n')
