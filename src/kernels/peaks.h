@@ -3,7 +3,7 @@
 // widest instructions could), so `gem4 bench --roofline` can print achieved throughput as a fraction of
 // what that set can do on this CPU.
 //   Avx512   int8 vpdpbusd zmm (64 MACs each), bf16 vdpbf16ps zmm (32, 0 without AVX512_BF16),
-//            fp32 vfmadd zmm (16), 512-bit loads
+//            fp32 vfmadd zmm (16), 512-bit loads or 256-bit ones, whichever read faster
 //   AvxVnni  int8 vpdpbusd ymm (32), no bf16 dot (0), fp32 vfmadd ymm (8), 256-bit loads
 //   Avx2     int8 vpmaddubsw ymm (32 MACs counted per instruction; its int16 sums are added with vpaddw
 //            and widened with one vpmaddwd per four, as in the kernels: see peaks_avx2.cpp), no bf16 (0),
@@ -25,7 +25,7 @@ struct MachinePeaks {
                            // larger than the caches, all threads
   const char* kernel_set = "";  // isa_name() of the set measured
   const char* int8_instr = "";  // "vpdpbusd zmm", ... ("none" for Scalar)
-  const char* read_instr = "";  // "512-bit loads", ...
+  const char* read_instr = "";  // "256-bit loads", ...
 };
 
 // Takes about a second. Peaks the running set has no instruction for are 0.

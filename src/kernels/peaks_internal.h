@@ -19,6 +19,7 @@ struct PeakLoops {
   const char* read_instr = nullptr;
   PeakLoop int8 = nullptr, bf16 = nullptr, fp32 = nullptr;  // nullptr: the set has no such instruction
   ReadLoop read = nullptr;
+  ReadLoop read_narrow = nullptr;  // also timed where set: the read bandwidth is the faster loop's
 };
 
 // Twelve independent accumulator chains c0..c11 of type T (more than any of the loops' instruction
