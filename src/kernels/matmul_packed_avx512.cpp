@@ -145,6 +145,19 @@ inline void q6k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
   }
 }
 
+// Groups g and g + 4 of half h (what q6k_levels gives as lv[g], lv[g + 4]), read one group at a time.
+inline void q6k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const int up = 4 - 2 * g;  // bits 2g, 2g + 1 of a top-bit byte go to bits 4-5
+  const auto place = [&](__m512i t) {
+    return _mm512_and_si512(up >= 0 ? _mm512_slli_epi16(t, up) : _mm512_srli_epi16(t, -up), m30);
+  };
+  const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
+  *lo = _mm512_ternarylogic_epi32(v, place(_mm512_load_si512(blk + 512 + h * 64)), m0f, 0xEC);
+  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), place(_mm512_load_si512(blk + 640 + h * 64)), m0f,
+                                  0xEC);
+}
+
 // Q6_K's scales of half h of a packed block, d x sc as the GGUF decoder forms them (DecodeQ6_K::scales).
 inline void q6k_scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
   const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(super + 32 * h)));
@@ -171,6 +184,15 @@ inline void q5k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
   }
 }
 
+// Groups g and g + 4 of half h (q5k_levels' lv[g], lv[g + 4]): bits g and g + 4 of the top-bit vector.
+inline void q5k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i top = _mm512_load_si512(blk + 512 + h * 64), v = _mm512_load_si512(blk + g * 128 + h * 64);
+  *lo = _mm512_ternarylogic_epi32(v, _mm512_and_si512(_mm512_slli_epi16(top, 4 - g), m10), m0f, 0xEC);
+  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_and_si512(_mm512_srli_epi16(top, g), m10),
+                                  m0f, 0xEC);
+}
+
 // Packed Q5_K and Q6_K, the formats whose levels need their top bits added (q5k_levels, q6k_levels):
 // where block b starts, its level vectors, and two f32 vectors per half h: Q6_K the scales of the lower
 // and upper 16 elements, Q5_K the scale and the min. finish() applies a block's two integer sums (the
@@ -180,6 +202,9 @@ struct PlanesQ5_K {
   static constexpr size_t kSuperBytes = kPackedQ5KSuperBytes, kHeaderBytes = kPackedQ5KHeaderBytes;
   static constexpr size_t kBlockBytes = kPackedQ5KBlockBytes;
   static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q5k_levels(blk, h, lv); }
+  static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+    q5k_group_levels(blk, g, h, lo, hi);
+  }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* dw, __m512* min) {
     kquant_scales_mins(super, blk, 640, h, dw, min);
   }
@@ -194,6 +219,9 @@ struct PlanesQ6_K {
   static constexpr size_t kSuperBytes = kPackedQ6KSuperBytes, kHeaderBytes = kPackedQ6KHeaderBytes;
   static constexpr size_t kBlockBytes = kPackedQ6KBlockBytes;
   static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q6k_levels(blk, h, lv); }
+  static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+    q6k_group_levels(blk, g, h, lo, hi);
+  }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
     q6k_scales(super, blk, h, lo, hi);
   }
@@ -379,6 +407,57 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
   }
 }
 
+// The same for one activation row (decode), each block read in address order: the groups outer and
+// the two halves inner (a group's 128 bytes are the halves side by side), where the kernel above reads
+// a block in two strided passes (even lines, then odd ones), which streams from memory more slowly.
+// The integer sums are the same (exact in any order) and so are the float steps (K::finish), so the
+// bits are the kernel's above. Measured on a Zen 5 VM: a packed 65536 x 1536 Q6_K matrix alternated
+// with the two-pass order in one process (30 pairs, order within a pair alternating), 0.75-0.78 ->
+// 0.91-0.92 of the read loop around it; E2B Q4_K_M decode, each order forced for a whole `gem4 bench
+// -p 0 -n 32 -r 3 --products` run, twice each: 46.8-48.5 -> 52.1-52.8 GB/s of weights, its Q6_K LM head
+// 45.3-46.9 -> 56.2-57.9 GB/s; tokens alternated between the orders in one run (median of 64 pairs):
+// E2B Q4_K_M 0.93-0.95 of the time, E2B Q4_0 (its LM head is Q6_K) 0.95-0.96, E4B Q4_0 0.96.
+template <class K, GemvPrefetch kPf>
+void packed_planes_gemv_one_row(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
+                                int valid) {
+  constexpr GemvPrefetch pf = kPf;
+  __m512 f[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super;
+    const uint8_t* blk = planes_block<K>(panel, b, &super);
+#pragma GCC unroll 14
+    for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line), _MM_HINT_T0);
+      if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
+    }
+    const int8_t* xq = act.q + size_t(b) * kQK;
+    __m512i lo[2], hi[2];
+    lo[0] = lo[1] = _mm512_set1_epi32(act.init[b]);
+    hi[0] = hi[1] = _mm512_set1_epi32(act.init_hi[b]);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i x_lo = _mm512_set1_epi32(load_i32(xq + 4 * g)),
+                    x_hi = _mm512_set1_epi32(load_i32(xq + 16 + 4 * g));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512i l, u;
+        K::group_levels(blk, g, h, &l, &u);
+        lo[h] = _mm512_dpbusd_epi32(lo[h], l, x_lo);
+        hi[h] = _mm512_dpbusd_epi32(hi[h], u, x_hi);
+      }
+    }
+    const __m512 dx = _mm512_set1_ps(act.d[b]), sx = _mm512_set1_ps(act.s[b]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512 first, second;
+      K::scales(super, blk, h, &first, &second);
+      f[h] = K::finish(f[h], lo[h], hi[h], first, second, dx, sx);
+    }
+  }
+  _mm512_mask_storeu_ps(y, lane_mask_lo(valid), f[0]);
+  _mm512_mask_storeu_ps(y + 16, lane_mask_hi(valid), f[1]);
+}
+
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
 // one or more products of them (matmul_shared_input: q/k/v, gate/up), numbered product after product.
 // Kernel: kOffset, kSplitScales and panel<R>(panel, nb, act, y, ldy, valid) for R = 1..4 rows.
@@ -462,7 +541,11 @@ struct PlanesGemv {
   static constexpr bool kActivationsQ8K = K::Dec::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    packed_planes_gemv_panel<K, R, kPf>(pn, nb, act, y, ldy, valid);
+    if constexpr (R == 1) {
+      packed_planes_gemv_one_row<K, kPf>(pn, nb, act, y, valid);
+    } else {
+      packed_planes_gemv_panel<K, R, kPf>(pn, nb, act, y, ldy, valid);
+    }
   }
 };
 
