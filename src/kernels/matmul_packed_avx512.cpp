@@ -362,9 +362,18 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
   }
 }
 
-// Packed Q5_K / Q6_K, few activation rows: per block and half of the panel, the 8 level vectors,
-// groups 0-3 into the lower-half sum and 4-7 into the upper-half sum (each starting from its share of
-// -offset * sum q; Q5_K's offset is 0), then K::finish, the tile's float steps.
+// Packed Q5_K / Q6_K, few activation rows: per block, groups 0-3 into the lower-half sums and 4-7 into
+// the upper-half sums of each half of the panel (each starting from its share of -offset * sum q; Q5_K's
+// offset is 0), then K::finish, the tile's float steps. A block is read in address order, the groups
+// outer and the two halves inner (a group's 128 bytes are the halves side by side). Reading it half by
+// half, in two strided passes (even lines, then odd ones), as this kernel did before, streamed from
+// memory more slowly. Measured on a Zen 5 VM: a packed 65536 x 1536 Q6_K matrix alternated with the
+// two-pass order in one process (20-30 pairs, the order within a pair alternating): 1 row 0.75-0.78 ->
+// 0.91-0.92 of the read loop around it (another run +12 %), 2 rows +9 %, 4 rows +11 %; E2B Q4_K_M decode,
+// each order forced for a whole `gem4 bench -p 0 -n 32 -r 3 --products` run, twice each: 46.8-48.5 ->
+// 52.1-52.8 GB/s of weights, its Q6_K LM head 45.3-46.9 -> 56.2-57.9 GB/s; tokens alternated between the
+// orders in one run (median of 64 pairs): E2B Q4_K_M 0.93-0.95 of the time, E2B Q4_0 (its LM head is
+// Q6_K) 0.95-0.96, E4B Q4_0 0.96.
 template <class K, int R, GemvPrefetch kPf>
 void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
                               int64_t ldy, int valid) {
@@ -380,23 +389,35 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
       _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line), _MM_HINT_T0);
       if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
     }
+    __m512i lo[2][R], hi[2][R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      lo[0][r] = lo[1][r] = _mm512_set1_epi32(act.init[r * nb + b]);
+      hi[0][r] = hi[1][r] = _mm512_set1_epi32(act.init_hi[r * nb + b]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512i l, u;
+        K::group_levels(blk, g, h, &l, &u);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
+          lo[h][r] = _mm512_dpbusd_epi32(lo[h][r], l, _mm512_set1_epi32(load_i32(xq + 4 * g)));
+          hi[h][r] = _mm512_dpbusd_epi32(hi[h][r], u, _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
+        }
+      }
+    }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      __m512i lv[8];
-      K::levels(blk, h, lv);
       __m512 first, second;
       K::scales(super, blk, h, &first, &second);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const size_t m = size_t(r) * nb + b;
-        const int8_t* xq = act.q + m * kQK;
-        __m512i lo = _mm512_set1_epi32(act.init[m]), hi = _mm512_set1_epi32(act.init_hi[m]);
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) {
-          lo = _mm512_dpbusd_epi32(lo, lv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
-          hi = _mm512_dpbusd_epi32(hi, lv[g + 4], _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
-        }
-        f[h][r] = K::finish(f[h][r], lo, hi, first, second, _mm512_set1_ps(act.d[m]), _mm512_set1_ps(act.s[m]));
+        f[h][r] = K::finish(f[h][r], lo[h][r], hi[h][r], first, second, _mm512_set1_ps(act.d[m]),
+                            _mm512_set1_ps(act.s[m]));
       }
     }
   }
@@ -405,57 +426,6 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
     _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
     _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
   }
-}
-
-// The same for one activation row (decode), each block read in address order: the groups outer and
-// the two halves inner (a group's 128 bytes are the halves side by side), where the kernel above reads
-// a block in two strided passes (even lines, then odd ones), which streams from memory more slowly.
-// The integer sums are the same (exact in any order) and so are the float steps (K::finish), so the
-// bits are the kernel's above. Measured on a Zen 5 VM: a packed 65536 x 1536 Q6_K matrix alternated
-// with the two-pass order in one process (30 pairs, order within a pair alternating), 0.75-0.78 ->
-// 0.91-0.92 of the read loop around it; E2B Q4_K_M decode, each order forced for a whole `gem4 bench
-// -p 0 -n 32 -r 3 --products` run, twice each: 46.8-48.5 -> 52.1-52.8 GB/s of weights, its Q6_K LM head
-// 45.3-46.9 -> 56.2-57.9 GB/s; tokens alternated between the orders in one run (median of 64 pairs):
-// E2B Q4_K_M 0.93-0.95 of the time, E2B Q4_0 (its LM head is Q6_K) 0.95-0.96, E4B Q4_0 0.96.
-template <class K, GemvPrefetch kPf>
-void packed_planes_gemv_one_row(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
-                                int valid) {
-  constexpr GemvPrefetch pf = kPf;
-  __m512 f[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* super;
-    const uint8_t* blk = planes_block<K>(panel, b, &super);
-#pragma GCC unroll 14
-    for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line), _MM_HINT_T0);
-      if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
-    }
-    const int8_t* xq = act.q + size_t(b) * kQK;
-    __m512i lo[2], hi[2];
-    lo[0] = lo[1] = _mm512_set1_epi32(act.init[b]);
-    hi[0] = hi[1] = _mm512_set1_epi32(act.init_hi[b]);
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const __m512i x_lo = _mm512_set1_epi32(load_i32(xq + 4 * g)),
-                    x_hi = _mm512_set1_epi32(load_i32(xq + 16 + 4 * g));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m512i l, u;
-        K::group_levels(blk, g, h, &l, &u);
-        lo[h] = _mm512_dpbusd_epi32(lo[h], l, x_lo);
-        hi[h] = _mm512_dpbusd_epi32(hi[h], u, x_hi);
-      }
-    }
-    const __m512 dx = _mm512_set1_ps(act.d[b]), sx = _mm512_set1_ps(act.s[b]);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m512 first, second;
-      K::scales(super, blk, h, &first, &second);
-      f[h] = K::finish(f[h], lo[h], hi[h], first, second, dx, sx);
-    }
-  }
-  _mm512_mask_storeu_ps(y, lane_mask_lo(valid), f[0]);
-  _mm512_mask_storeu_ps(y + 16, lane_mask_hi(valid), f[1]);
 }
 
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
@@ -541,11 +511,7 @@ struct PlanesGemv {
   static constexpr bool kActivationsQ8K = K::Dec::kActivationsQ8K;
   template <int R>
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
-    if constexpr (R == 1) {
-      packed_planes_gemv_one_row<K, kPf>(pn, nb, act, y, valid);
-    } else {
-      packed_planes_gemv_panel<K, R, kPf>(pn, nb, act, y, ldy, valid);
-    }
+    packed_planes_gemv_panel<K, R, kPf>(pn, nb, act, y, ldy, valid);
   }
 };
 
