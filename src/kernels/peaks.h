@@ -21,8 +21,8 @@ struct MachinePeaks {
   double int8_gmacs = 0;   // the set's int8 dot instruction: multiply-accumulates per second, all threads
   double bf16_gmacs = 0;   // the set's bf16 dot instruction (vdpbf16ps in Avx512 only), 0 without one
   double fp32_gflops = 0;  // the set's f32 FMA, counted as multiply-adds (GMAC/s)
-  double read_gbs = 0;     // streaming read bandwidth with the set's widest loads over a buffer much
-                           // larger than the caches, all threads
+  double read_gbs = 0;     // streaming read bandwidth with the set's loads (above) over a page-aligned
+                           // buffer much larger than the caches, all threads
   const char* kernel_set = "";  // isa_name() of the set measured
   const char* int8_instr = "";  // "vpdpbusd zmm", ... ("none" for Scalar)
   const char* read_instr = "";  // "256-bit loads", ...
