@@ -91,7 +91,9 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
       for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_fmadd_ps(w, vv[c], acc[h][c]);
     }
   }
+#pragma GCC unroll 4  // a rolled loop over acc keeps it on the stack (see attention_ops_avx512.cpp)
   for (int h = 0; h < H; ++h)
+#pragma GCC unroll 2
     for (int c = 0; c < NV; ++c) _mm256_storeu_ps(out + h * ldo + d0 + 8 * c, acc[h][c]);
 }
 

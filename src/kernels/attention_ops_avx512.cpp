@@ -69,6 +69,9 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
       a1[h] = _mm512_fmadd_ps(w, v1, a1[h]);
     }
   }
+  // Unrolled like the loops above: a rolled loop indexing a0/a1 made GCC keep the arrays on the stack
+  // and store all 16 accumulators on every key (in cache: 25-37 GMAC/s on one Zen 5 core).
+#pragma GCC unroll 8
   for (int h = 0; h < H; ++h) {
     _mm512_mask_storeu_ps(out + h * ldo + d0, m0, a0[h]);
     _mm512_mask_storeu_ps(out + h * ldo + d0 + 16, m1, a1[h]);
