@@ -600,6 +600,43 @@ TEST(Matmul, EverySimdSetGivesTheSameBits) {
   }
 }
 
+// The F32 family (F32, F16 weights; BF16 too where the AVX-512 set does not take vdpbf16ps) computes
+// each output as one FMA chain over k in order on every SIMD set, decode stream and prefill tile alike,
+// so the sets agree bit for bit there too.
+TEST(Matmul, EverySimdSetGivesTheSameF32FamilyBits) {
+  std::vector<Isa> simd;
+  for (Isa isa : available_isas())
+    if (isa != Isa::Scalar) simd.push_back(isa);
+  if (simd.size() < 2) GTEST_SKIP() << "fewer than two SIMD kernel sets on this CPU";
+  ThreadPool pool(2);
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
+    for (int64_t in : {1, 7, 8, 9, 64, 200}) {
+      for (int64_t out : {1, 7, 16, 33, 70}) {
+        const Weights w = make_weights(t, out, in, uint32_t(in * 3 + out));
+        for (int64_t rows : {1, 2, 4, 5, 6, 7, 13}) {
+          const int64_t ldx = in + 3;
+          auto x = make_activations(rows, in, ldx, uint32_t(rows * 5 + in));
+          std::vector<float> want(rows * out);
+          {
+            IsaOverride o(simd.back());
+            matmul(w.view(), x.data(), rows, ldx, want.data(), out, nullptr);
+          }
+          for (Isa isa : simd) {
+            IsaOverride o(isa);
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              std::vector<float> got(rows * out, kSentinel);
+              matmul(w.view(), x.data(), rows, ldx, got.data(), out, p);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                  << ggml_type_name(t) << " " << out << " x " << in << " rows=" << rows << " isa=" << isa_name(isa)
+                  << " vs " << isa_name(simd.back()) << (p ? " pool=2" : "");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, BatchInvariance) {
   const auto isas = available_isas();
   ThreadPool pool(2);

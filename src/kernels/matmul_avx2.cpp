@@ -1,12 +1,12 @@
 // GGUF-layout matrix products of the 256-bit kernel sets (AVX2 + FMA + F16C; AVX-VNNI uses them too):
 // what int8_ymm.inc (the packed-layout int8 kernels) does not take, i.e. Q4_1/Q5_0/Q5_1, the F32/F16/BF16
-// family, and every type when packed reading is off (bench --repack 0). No repacked panels: weight rows are processed in tiles of 16 that stay
-// in L1/L2 while every group of activation rows passes over them, so each weight byte is fetched from
-// memory once per call and decoded once per activation group.
+// family, and every type when packed reading is off (bench --repack 0).
 //  * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: activations quantized like llama.cpp (q8_0 / q8_1); block dot products
 //    with llama.cpp's sign trick (|w| as unsigned times sign(w)*x, vpmaddubsw then vpmaddwd), which
-//    cannot saturate the 16-bit pair sums: |w| <= 128, |x| <= 127.
-//  * F32, F16, BF16, Q4_K, Q5_K, Q6_K: weights converted to f32, FMA dot products.
+//    cannot saturate the 16-bit pair sums: |w| <= 128, |x| <= 127. Weight rows are processed in tiles of
+//    16 that stay in L1/L2 while every group of activation rows passes over them, so each weight byte is
+//    fetched from memory once per call and decoded once per activation group.
+//  * F32, F16, BF16, Q4_K, Q5_K, Q6_K: weights converted to f32, FMA products (see "F32 family" below).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -372,68 +372,259 @@ void dequant_row_f32(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
-// 4 weight rows x R (<= 2) activation rows: 4R accumulators + 4 weight registers + 1 activation register
-// fit the 16 ymm registers.
-template <int R>
-void dot_4xR(const float* const* wr, const float* x, int64_t ldx, int64_t n, float* out) {
-  __m256 acc[4][R];
-  for (int j = 0; j < 4; ++j)
-    for (int r = 0; r < R; ++r) acc[j][r] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    __m256 wv[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) wv[j] = _mm256_loadu_ps(wr[j] + k);
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * ldx + k);
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) acc[j][r] = _mm256_fmadd_ps(wv[j], xv, acc[j][r]);
-    }
-  }
-  for (int j = 0; j < 4; ++j) {
-    for (int r = 0; r < R; ++r) {
-      float s = hsum(acc[j][r]);
-      for (int64_t t = k; t < n; ++t) s += wr[j][t] * x[r * ldx + t];
-      out[j * 2 + r] = s;
+// ------------------------------------------------------------------------------------------------
+// F32 family (F32, F16, BF16, and the K-quants when packed reading is off): weights converted to f32,
+// every (activation row, output) one FMA chain over k in order from +0, one output per f32 lane: the
+// arithmetic of the AVX-512 set's F32 kernels, so a row's result depends neither on the rows sharing
+// the call nor on the kernel, and F32/F16 weights give the AVX-512 set's bits.
+//  * Many rows: a GEMM on a transposed panel of 16 weight rows ([in][16] floats, built once per task)
+//    and activation rows packed in groups of 6 ([in][6]). Micro-tile 16 x 6: 12 accumulators + 2 panel
+//    vectors + 1 broadcast of the 16 ymm registers, 12 FMAs per 2 panel loads and 6 broadcasts. (Dot
+//    products of 4 weight rows with 2 activation rows, 8 lanes of k each, loaded 6 vectors per 8 FMAs
+//    and streamed both operands from L2/L3: E2B's prompt spent 9 % of its time there.)
+//  * Up to kF32StreamMaxRows rows (decode): 8 weight rows streamed at a time, 8 x 8 blocks transposed
+//    in registers, then one FMA per k and activation row.
+
+constexpr int kF32PanelRows = 16, kF32TileRows = 6, kF32StreamMaxRows = 4;
+
+// Rows i of r[] become columns: afterwards r[i] lane j holds element i of row j.
+inline void transpose_8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Lanes [0, n) set: the masked loads and stores of a partial 8-wide vector.
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Eight rows of f32 starting at rows o0.. (rows past `count` repeat the last one: computed, never
+// stored): F32 rows point into the matrix, the other types are converted into `buf` first.
+void f32_rows(const MatrixView& w, int64_t o0, int count, int n_rows, float* buf, const float** src) {
+  for (int j = 0; j < n_rows; ++j) {
+    const int64_t o = o0 + std::min(j, count - 1);
+    if (w.type == GgmlType::F32) {
+      src[j] = reinterpret_cast<const float*>(row_ptr(w, o));
+    } else if (j < count) {
+      dequant_row_f32(w.type, row_ptr(w, o), buf + j * w.in, w.in);
+      src[j] = buf + j * w.in;
+    } else {
+      src[j] = src[count - 1];
     }
   }
 }
 
-void f32_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+// Columns [k0, k0 + len) (len <= 8) of rows src[0..7], transposed: t[i] lane j = src[j][k0 + i]; lanes
+// beyond len read nothing.
+inline void load_columns(const float* const* src, int64_t k0, int len, __m256 t[8]) {
+  if (len == 8) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) t[j] = _mm256_loadu_ps(src[j] + k0);
+  } else {
+    const __m256i m = lane_mask(len);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) t[j] = _mm256_maskload_ps(src[j] + k0, m);
+  }
+  transpose_8x8(t);
+}
+
+// Panel of 16 weight rows as [in][16] floats.
+void build_f32_panel(const MatrixView& w, int64_t o0, int count, float* panel, float* rowbuf) {
+  const int64_t n = w.in;
+  const float* src[kF32PanelRows];
+  f32_rows(w, o0, count, kF32PanelRows, rowbuf, src);
+  for (int h = 0; h < 2; ++h) {
+    for (int64_t k0 = 0; k0 < n; k0 += 8) {
+      const int len = static_cast<int>(std::min<int64_t>(8, n - k0));
+      __m256 t[8];
+      load_columns(src + 8 * h, k0, len, t);
+      for (int i = 0; i < len; ++i) _mm256_store_ps(panel + (k0 + i) * kF32PanelRows + 8 * h, t[i]);
+    }
+  }
+}
+
+inline void store_outputs(float* y, __m256 v, int valid) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(y, v);
+  } else if (valid > 0) {
+    _mm256_maskstore_ps(y, lane_mask(valid), v);
+  }
+}
+
+template <int N>
+void f32_tile(const float* panel, const float* xp, int64_t n, float* y, int64_t ldy, int valid) {
+  __m256 c0[N], c1[N];
+#pragma GCC unroll 6
+  for (int i = 0; i < N; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n; ++k) {
+    const __m256 w0 = _mm256_load_ps(panel + k * kF32PanelRows);
+    const __m256 w1 = _mm256_load_ps(panel + k * kF32PanelRows + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < N; ++i) {
+      const __m256 xv = _mm256_broadcast_ss(xp + k * N + i);
+      c0[i] = _mm256_fmadd_ps(w0, xv, c0[i]);
+      c1[i] = _mm256_fmadd_ps(w1, xv, c1[i]);
+    }
+  }
+#pragma GCC unroll 6  // rolled, the loop would keep c0/c1 on the stack inside the k loop too
+  for (int i = 0; i < N; ++i) {
+    store_outputs(y + i * ldy, c0[i], valid);
+    store_outputs(y + i * ldy + 8, c1[i], valid - 8);
+  }
+}
+
+void f32_tile_any(int rows, const float* panel, const float* xp, int64_t n, float* y, int64_t ldy,
+                  int valid) {
+  switch (rows) {
+    case 6:
+      return f32_tile<6>(panel, xp, n, y, ldy, valid);
+    case 5:
+      return f32_tile<5>(panel, xp, n, y, ldy, valid);
+    case 4:
+      return f32_tile<4>(panel, xp, n, y, ldy, valid);
+    case 3:
+      return f32_tile<3>(panel, xp, n, y, ldy, valid);
+    case 2:
+      return f32_tile<2>(panel, xp, n, y, ldy, valid);
+    default:
+      return f32_tile<1>(panel, xp, n, y, ldy, valid);
+  }
+}
+
+void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+              ThreadPool* pool) {
+  const int64_t n = w.in;
+  const int64_t n_groups = (rows + kF32TileRows - 1) / kF32TileRows;
+  auto* xp = static_cast<float*>(thread_scratch(kSlotActivations, sizeof(float) * rows * n));
+  parallel_for(pool, n_groups, 1, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t r0 = g * kF32TileRows;
+      const int nr = static_cast<int>(std::min<int64_t>(kF32TileRows, rows - r0));
+      float* dst = xp + r0 * n;
+      for (int64_t k = 0; k < n; ++k)
+        for (int i = 0; i < nr; ++i) dst[k * nr + i] = x[(r0 + i) * ldx + k];
+    }
+  });
+  // Tasks: panels x row chunks; rows are split only when there are too few panels for the threads.
+  const int threads = pool ? pool->size() : 1;
+  const int64_t n_panels = (w.out + kF32PanelRows - 1) / kF32PanelRows;
+  const int64_t chunks = (threads > 1 && n_panels < 8 * threads) ? threads : 1;
+  const int64_t chunk_rows = ((rows + chunks - 1) / chunks + kF32TileRows - 1) / kF32TileRows * kF32TileRows;
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    auto* panel = static_cast<float*>(thread_scratch(kSlotPanel, sizeof(float) * n * kF32PanelRows));
+    auto* rowbuf = static_cast<float*>(thread_scratch(kSlotRows, sizeof(float) * n * kF32PanelRows));
+    int64_t built = -1;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t p = t / chunks, c = t % chunks;
+      const int64_t o0 = p * kF32PanelRows;
+      const int count = static_cast<int>(std::min<int64_t>(kF32PanelRows, w.out - o0));
+      if (p != built) {
+        build_f32_panel(w, o0, count, panel, rowbuf);
+        built = p;
+      }
+      const int64_t r_end = std::min(rows, (c + 1) * chunk_rows);
+      for (int64_t r = c * chunk_rows; r < r_end; r += kF32TileRows) {
+        const int nr = static_cast<int>(std::min<int64_t>(kF32TileRows, r_end - r));
+        f32_tile_any(nr, panel, xp + r * n, n, y + r * ldy + o0, ldy, count);
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for_dynamic(n_panels * chunks, 1, run);  // one task at a time
+  } else {
+    run(0, n_panels * chunks, 0);
+  }
+}
+
+// R activation rows against 8 weight rows streamed from src: per 8 x 8 block, transposed, one FMA per k
+// and row, k in order (the tile's arithmetic).
+template <int R>
+void f32_stream_group(const float* const* src, int64_t n, bool prefetch_next, size_t next, const float* x,
+                      int64_t ldx, float* y, int64_t ldy, int valid) {
+  __m256 c[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) c[r] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < n; k0 += 8) {
+    const int len = static_cast<int>(std::min<int64_t>(8, n - k0));
+    // Eight rows streamed at once are more than the hardware prefetchers follow well: each row 128
+    // elements ahead into L1, and the next group's rows into L2 (as the AVX-512 set's kernel does).
+    if (k0 % 16 == 0) {  // once per 64-byte line of each row
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(src[j] + k0 + 128), _MM_HINT_T0);
+        if (prefetch_next) _mm_prefetch(reinterpret_cast<const char*>(src[j] + k0) + next, _MM_HINT_T1);
+      }
+    }
+    __m256 t[8];
+    load_columns(src, k0, len, t);
+    if (len == 8) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+          c[r] = _mm256_fmadd_ps(t[i], _mm256_broadcast_ss(x + r * ldx + k0 + i), c[r]);
+      }
+    } else {
+      for (int i = 0; i < len; ++i) {
+        for (int r = 0; r < R; ++r)
+          c[r] = _mm256_fmadd_ps(t[i], _mm256_broadcast_ss(x + r * ldx + k0 + i), c[r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) store_outputs(y + r * ldy, c[r], valid);
+}
+
+void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                 ThreadPool* pool) {
   const int64_t n = w.in;
   const bool direct = w.type == GgmlType::F32;
-  parallel_for(pool, w.out, kWeightTile, [&](int64_t o0, int64_t o1, int) {
-    float* buf =
-        direct ? nullptr : static_cast<float*>(thread_scratch(kSlotRows, sizeof(float) * kWeightTile * n));
-    for (int64_t ot = o0; ot < o1; ot += kWeightTile) {
-      const int tile = static_cast<int>(std::min<int64_t>(kWeightTile, o1 - ot));
-      const float* wr[kWeightTile];
-      for (int j = 0; j < tile; ++j) {
-        if (direct) {
-          wr[j] = reinterpret_cast<const float*>(row_ptr(w, ot + j));
-        } else {
-          dequant_row_f32(w.type, row_ptr(w, ot + j), buf + j * n, n);
-          wr[j] = buf + j * n;
-        }
-      }
-      for (int j = tile; j < kWeightTile; ++j) wr[j] = wr[0];  // computed, not stored
-      for (int64_t r0 = 0; r0 < rows; r0 += 2) {
-        const int nr = static_cast<int>(std::min<int64_t>(2, rows - r0));
-        for (int j0 = 0; j0 < tile; j0 += 4) {
-          float out[8];
-          if (nr == 2) {
-            dot_4xR<2>(wr + j0, x + r0 * ldx, ldx, n, out);
-          } else {
-            dot_4xR<1>(wr + j0, x + r0 * ldx, ldx, n, out);
-          }
-          for (int j = j0; j < std::min(tile, j0 + 4); ++j)
-            for (int r = 0; r < nr; ++r) y[(r0 + r) * ldy + ot + j] = out[(j - j0) * 2 + r];
-        }
+  parallel_for_guided(pool, (w.out + 7) / 8, 2, [&](int64_t g0, int64_t g1, int) {
+    auto* buf = direct ? nullptr : static_cast<float*>(thread_scratch(kSlotRows, sizeof(float) * 8 * n));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t o0 = 8 * g;
+      const int count = static_cast<int>(std::min<int64_t>(8, w.out - o0));
+      const float* src[8];
+      f32_rows(w, o0, count, 8, buf, src);
+      // Converted rows sit in `buf`, already in cache: only F32 rows are prefetched from the next group.
+      const bool prefetch_next = direct && o0 + 16 <= w.out;
+      const size_t next = 8 * w.row_bytes;
+      switch (rows) {
+        case 1:
+          f32_stream_group<1>(src, n, prefetch_next, next, x, ldx, y + o0, ldy, count);
+          break;
+        case 2:
+          f32_stream_group<2>(src, n, prefetch_next, next, x, ldx, y + o0, ldy, count);
+          break;
+        case 3:
+          f32_stream_group<3>(src, n, prefetch_next, next, x, ldx, y + o0, ldy, count);
+          break;
+        default:
+          f32_stream_group<4>(src, n, prefetch_next, next, x, ldx, y + o0, ldy, count);
+          break;
       }
     }
   });
+}
+
+void f32_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                ThreadPool* pool) {
+  if (rows <= kF32StreamMaxRows) return f32_stream(w, x, rows, ldx, y, ldy, pool);
+  f32_gemm(w, x, rows, ldx, y, ldy, pool);
 }
 
 }  // namespace
