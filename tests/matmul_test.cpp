@@ -930,6 +930,33 @@ TEST(CpuFeatures, OverrideClampsToTheCpu) {
 
 // A packed copy can be sliced at panel boundaries (the PLE projection takes the rows of some layers);
 // elsewhere the slice falls back to the GGUF layout. Either way the product is that of the rows.
+// A part of a row (whole blocks) is the same slice of the whole row, for every weight type.
+TEST(MatrixView, GetRowPartIsTheSliceOfTheRow) {
+  for (GgmlType t : kAllTypes) {
+    const int64_t be = ggml_block_elems(t), in = 4 * std::max<int64_t>(be, 32);
+    const Weights w = make_weights(t, 5, in, 11);
+    std::vector<float> row(in), part(in);
+    matrix_get_row(w.view(), 3, row.data());
+    for (int64_t col0 = 0; col0 < in; col0 += std::max<int64_t>(be, 32)) {
+      for (int64_t n = 0; col0 + n <= in; n += std::max<int64_t>(be, 32)) {
+        std::fill(part.begin(), part.end(), kSentinel);
+        matrix_get_row_part(w.view(), 3, col0, n, part.data());
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(part[i], row[col0 + i]) << ggml_type_name(t) << " col " << col0 + i;
+        if (n < in) {
+          EXPECT_EQ(part[n], kSentinel) << ggml_type_name(t);  // nothing past n written
+        }
+      }
+    }
+    if (be > 1) {
+      EXPECT_THROW(matrix_get_row_part(w.view(), 3, be / 2, be, part.data()), std::out_of_range);
+      EXPECT_THROW(matrix_get_row_part(w.view(), 3, 0, be + 1, part.data()), std::out_of_range);
+    }
+    EXPECT_THROW(matrix_get_row_part(w.view(), 3, in - be, 2 * be, part.data()), std::out_of_range);
+    EXPECT_THROW(matrix_get_row_part(w.view(), 5, 0, be, part.data()), std::out_of_range);
+  }
+}
+
 TEST(MatrixView, RowsOfAPackedMatrix) {
   const Weights w = make_weights(GgmlType::Q4_0, 100, 64, 6);
   if (!w.packed.packed) GTEST_SKIP() << "no packed copy: only the scalar kernel set runs on this CPU";

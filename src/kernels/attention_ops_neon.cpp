@@ -41,10 +41,13 @@ struct LoadBF16 {
 struct LoadQ8_0 {
   static float32x4_t load(const void* row, int64_t c) {
     const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[c / kQK];
-    int8_t q[8] = {};
-    std::memcpy(q, b.qs + c % kQK, 4);
-    const int32x4_t qi = vmovl_s16(vget_low_s16(vmovl_s8(vld1_s8(q))));
-    return vmulq_n_f32(vcvtq_f32_s32(qi), fp16_to_fp32(b.d));
+    int32_t q4;  // the 4 quants, copied as one word (no byte array on the stack)
+    std::memcpy(&q4, b.qs + c % kQK, 4);
+    const int32x4_t qi = vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(q4)))));
+    // The scale widened in a register (exact): the out-of-line fp16_to_fp32 call made GCC spill every
+    // accumulator of the tile around it, on every key.
+    const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(b.d)));
+    return vmulq_f32(vcvtq_f32_s32(qi), d);
   }
   static float one(const void* row, int64_t c) {
     const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[c / kQK];
@@ -56,18 +59,27 @@ struct LoadQ8_0 {
 template <class L, int H, int NV>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
                 float* out, int64_t ldo) {
+  // Every loop over acc unrolled: rolled, GCC keeps acc in memory and loads and stores it on every key
+  // (as it did on x86, see attention_ops_avx512.cpp).
   float32x4_t acc[H][NV];
+#pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
+#pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) acc[h][c] = vdupq_n_f32(0.0f);
   for (int64_t j = 0; j < nk; ++j) {
     float32x4_t vv[NV];
+#pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) vv[c] = L::load(v[j], v_col + d0 + 4 * c);
+#pragma GCC unroll 4
     for (int h = 0; h < H; ++h) {
       const float32x4_t w = vdupq_n_f32(p[h * ldp + j]);
+#pragma GCC unroll 4
       for (int c = 0; c < NV; ++c) acc[h][c] = vfmaq_f32(acc[h][c], w, vv[c]);
     }
   }
+#pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
+#pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) vst1q_f32(out + h * ldo + d0 + 4 * c, acc[h][c]);
 }
 

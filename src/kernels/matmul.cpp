@@ -52,6 +52,18 @@ void matrix_get_row(const MatrixView& w, int64_t o, float* dst) {
                  w.in);
 }
 
+void matrix_get_row_part(const MatrixView& w, int64_t o, int64_t col0, int64_t n, float* dst) {
+  const int64_t be = ggml_block_elems(w.type);
+  if (o < 0 || o >= w.out || col0 < 0 || n < 0 || col0 + n > w.in || col0 % be != 0 || n % be != 0) {
+    throw std::out_of_range("matrix_get_row_part: row " + std::to_string(o) + ", columns " +
+                            std::to_string(col0) + " + " + std::to_string(n) + " of a " +
+                            ggml_type_name(w.type) + " matrix " + std::to_string(w.out) + " x " +
+                            std::to_string(w.in) + " (blocks of " + std::to_string(be) + ")");
+  }
+  const auto* row = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(o) * w.row_bytes;
+  dequantize_row(w.type, row + ggml_row_bytes(w.type, col0), dst, n);
+}
+
 namespace {
 
 void check_args(const char* fn, const MatrixView& w, const float* x, int64_t rows, int64_t ldx,

@@ -84,5 +84,7 @@ void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t
 
 // Dequantizes row `o` of w into dst[in] (embedding lookups).
 void matrix_get_row(const MatrixView& w, int64_t o, float* dst);
+// Columns [col0, col0 + n) of row `o` into dst[n]; col0 and n multiples of the type's block size.
+void matrix_get_row_part(const MatrixView& w, int64_t o, int64_t col0, int64_t n, float* dst);
 
 }  // namespace gem4

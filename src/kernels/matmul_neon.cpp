@@ -380,19 +380,28 @@ void int8_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx,
 // (l0 + l1) + (l2 + l3), then the last n % 4 terms by scalar FMA, in order.
 template <int NR>
 void dot_tile(const float* const* wr, const float* x, int64_t ldx, int64_t n, float* out /* NR x 4 */) {
+  // Every loop over acc unrolled: rolled, GCC kept the 4 x NR accumulators in memory and looped over
+  // single FMAs (16 accumulators + 4 weights + 1 activation fit the 32 NEON registers).
   float32x4_t acc[NR][4];
+#pragma GCC unroll 4
   for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[r][j] = vdupq_n_f32(0.0f);
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
     float32x4_t wv[4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) wv[j] = vld1q_f32(wr[j] + i);
+#pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const float32x4_t xv = vld1q_f32(x + r * ldx + i);
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) acc[r][j] = vfmaq_f32(acc[r][j], xv, wv[j]);
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const float32x4_t a = acc[r][j];
       float s = (vgetq_lane_f32(a, 0) + vgetq_lane_f32(a, 1)) + (vgetq_lane_f32(a, 2) + vgetq_lane_f32(a, 3));

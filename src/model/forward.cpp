@@ -187,6 +187,8 @@ void Forward::compute_ple(int first_layer, int n_layers, int n) {
   matmul(proj, x0_.data(), n, c_.d_model, ple_.data() + first_layer * P, LP);
   const float inv_sqrt_d = 1.0f / std::sqrt(float(c_.d_model)), sqrt_p = std::sqrt(float(P));
   const float inv_sqrt2 = 1.0f / std::sqrt(2.0f);
+  const int64_t block = ggml_block_elems(w_.ple_token_embd.type);
+  const bool by_layers = (int64_t(first_layer) * P) % block == 0 && (int64_t(n_layers) * P) % block == 0;
   parallel_for(pool_, n, 4, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<float> tok_row;
     tok_row.resize(LP);
@@ -194,8 +196,17 @@ void Forward::compute_ple(int first_layer, int n_layers, int n) {
       float* ctx = ple_.data() + i * LP + int64_t(first_layer) * P;
       for (int64_t j = 0; j < int64_t(n_layers) * P; ++j) ctx[j] *= inv_sqrt_d;
       rmsnorm_groups(ctx, w_.ple_proj_norm.data(), n_layers, P, c_.rms_eps);
-      matrix_get_row(w_.ple_token_embd, tok_[i], tok_row.data());  // a lookup: only seen rows are read
+      // A lookup (only seen rows are read) of these layers' columns where they start and end on a
+      // block: a pruned E2B prompt's first call covers 15 of the 35 layers, and the whole row took
+      // 1.9 % of its time (scalar dequantization).
       const float* tok = tok_row.data() + int64_t(first_layer) * P;
+      if (by_layers) {
+        matrix_get_row_part(w_.ple_token_embd, tok_[i], int64_t(first_layer) * P, int64_t(n_layers) * P,
+                            tok_row.data());
+        tok = tok_row.data();
+      } else {
+        matrix_get_row(w_.ple_token_embd, tok_[i], tok_row.data());
+      }
       for (int64_t j = 0; j < int64_t(n_layers) * P; ++j) ctx[j] = (ctx[j] + tok[j] * sqrt_p) * inv_sqrt2;
     }
   });
