@@ -330,6 +330,20 @@ void* thread_scratch(ScratchSlot slot, size_t bytes) {
   return b.aligned;
 }
 
+float* pack_row_groups(const float* x, int64_t rows, int64_t ldx, int64_t n, int group, ThreadPool* pool) {
+  auto* xp = static_cast<float*>(thread_scratch(kSlotActivations, sizeof(float) * rows * n));
+  parallel_for(pool, (rows + group - 1) / group, 1, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t r0 = g * group;
+      const int nr = static_cast<int>(std::min<int64_t>(group, rows - r0));
+      float* dst = xp + r0 * n;
+      for (int64_t k = 0; k < n; ++k)
+        for (int i = 0; i < nr; ++i) dst[k * nr + i] = x[(r0 + i) * ldx + k];
+    }
+  });
+  return xp;
+}
+
 // ------------------------------------------------------------------------------------------------
 // Portable fast path: the same arithmetic as the SIMD kernels (8-bit activations for the legacy
 // quantized types), written as plain loops. Used on CPUs without AVX2 and as a readable statement of

@@ -508,17 +508,7 @@ void f32_tile_any(int rows, const float* panel, const float* xp, int64_t n, floa
 void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
               ThreadPool* pool) {
   const int64_t n = w.in;
-  const int64_t n_groups = (rows + kF32TileRows - 1) / kF32TileRows;
-  auto* xp = static_cast<float*>(thread_scratch(kSlotActivations, sizeof(float) * rows * n));
-  parallel_for(pool, n_groups, 1, [&](int64_t g0, int64_t g1, int) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t r0 = g * kF32TileRows;
-      const int nr = static_cast<int>(std::min<int64_t>(kF32TileRows, rows - r0));
-      float* dst = xp + r0 * n;
-      for (int64_t k = 0; k < n; ++k)
-        for (int i = 0; i < nr; ++i) dst[k * nr + i] = x[(r0 + i) * ldx + k];
-    }
-  });
+  const float* xp = pack_row_groups(x, rows, ldx, n, kF32TileRows, pool);
   // Tasks: panels x row chunks; rows are split only when there are too few panels for the threads.
   const int threads = pool ? pool->size() : 1;
   const int64_t n_panels = (w.out + kF32PanelRows - 1) / kF32PanelRows;

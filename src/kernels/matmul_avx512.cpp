@@ -755,17 +755,7 @@ void build_f32_panel(const MatrixView& w, int64_t o0, int count, float* panel, f
 void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
               ThreadPool* pool) {
   const int64_t n = w.in;
-  const int64_t n_groups = (rows + kF32TileRows - 1) / kF32TileRows;
-  auto* xp = static_cast<float*>(thread_scratch(kSlotActivations, sizeof(float) * rows * n));
-  parallel_for(pool, n_groups, 1, [&](int64_t g0, int64_t g1, int) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t r0 = g * kF32TileRows;
-      const int nr = static_cast<int>(std::min<int64_t>(kF32TileRows, rows - r0));
-      float* dst = xp + r0 * n;
-      for (int64_t k = 0; k < n; ++k)
-        for (int i = 0; i < nr; ++i) dst[k * nr + i] = x[(r0 + i) * ldx + k];
-    }
-  });
+  const float* xp = pack_row_groups(x, rows, ldx, n, kF32TileRows, pool);
   const TaskSplit split = split_tasks(w.out, rows, pool, kF32TileRows);
   parallel_for(pool, split.n_panels * split.row_chunks, 1, [&](int64_t t0, int64_t t1, int) {
     auto* panel = static_cast<float*>(thread_scratch(kSlotPanel, sizeof(float) * n * kPanelRows));

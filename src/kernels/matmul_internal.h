@@ -41,6 +41,10 @@ Int8Format int8_format(GgmlType t);
 // other kernel writes.
 enum ScratchSlot { kSlotActivations = 0, kSlotPanel = 1, kSlotRows = 2, kSlotGroupInput = 3, kSlotCount = 4 };
 void* thread_scratch(ScratchSlot slot, size_t bytes);
+// The F32 GEMMs' activations: x [rows][ldx] copied as groups of `group` rows, each group [n][its rows]
+// (the last group may be shorter), so a micro-tile's broadcasts read one contiguous stream. Returns
+// the calling thread's kSlotActivations scratch holding them.
+float* pack_row_groups(const float* x, int64_t rows, int64_t ldx, int64_t n, int group, ThreadPool* pool);
 
 // matmul_group marks the threads running its pieces (0: none). A group's inputs do not change while it
 // runs, so a decode GEMV may quantize an input once per thread and group and reuse it for the group's
