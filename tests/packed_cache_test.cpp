@@ -215,6 +215,15 @@ TEST_F(PackedCache, UnwritableFolderOnlyCostsTheCache) {
   EXPECT_FALSE(logits(*m).empty());
 }
 
+// The free space a cache file leaves: 5 % of the filesystem, within [1, 4] GiB.
+TEST(PackedCacheReserve, FivePercentWithinOneToFourGiB) {
+  constexpr double kGiB = double(1ull << 30);
+  EXPECT_EQ(packed_cache_reserve_bytes(8 * kGiB), 1 * kGiB);
+  EXPECT_EQ(packed_cache_reserve_bytes(40 * kGiB), 2 * kGiB);
+  EXPECT_EQ(packed_cache_reserve_bytes(252e9), 4 * kGiB);
+  EXPECT_EQ(packed_cache_reserve_bytes(0), 1 * kGiB);
+}
+
 TEST(PackedCacheDir, DefaultFollowsTheEnvironment) {
   struct Saved {
     const char* name;

@@ -52,4 +52,8 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::s
 bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
                      ThreadPool* pool, PackedStore& store, std::string* note);
 
+// The free space a cache file must leave on a filesystem of `filesystem_bytes`: 5 % of it, at least
+// 1 GiB and at most 4 GiB.
+double packed_cache_reserve_bytes(double filesystem_bytes);
+
 }  // namespace gem4
