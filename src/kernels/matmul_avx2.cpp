@@ -412,7 +412,7 @@ inline __m256i lane_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// Eight rows of f32 starting at rows o0.. (rows past `count` repeat the last one: computed, never
+// `n_rows` rows of f32 from row o0 on (rows past `count` repeat the last one: computed, never
 // stored): F32 rows point into the matrix, the other types are converted into `buf` first.
 void f32_rows(const MatrixView& w, int64_t o0, int count, int n_rows, float* buf, const float** src) {
   for (int j = 0; j < n_rows; ++j) {
