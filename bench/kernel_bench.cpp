@@ -244,6 +244,73 @@ void BM_MoeExperts(benchmark::State& state, int how) {
   state.SetLabel(std::string(isa_name(active_isa())) + (gu_all->packed_views[0].packed ? " packed" : ""));
 }
 
+// One decoded token's products of E2B's 35 layers (the LM head apart: see lm_head below), packed as
+// after loading, one call per barrier as the forward pass makes them: q (with k and v in the 15
+// KV-writing layers; every fifth layer full attention, 512-wide heads), o, gate|up (6144 wide, 12288
+// in the 20 KV-shared layers), down, and the per-layer-embedding gate and projection. The weights
+// (~1 GB in Q4_0) come from DRAM every token, with nothing between the calls: what the products
+// alone stream, to read against read_loop/threads:2 (on a Zen 5 VM it matched `gem4 bench --products`
+// of a real E2B Q4_0 file within a few %). GB/s: weight bytes per second.
+void BM_DecodeToken(benchmark::State& state, GgmlType type) {
+  struct Layer {
+    std::vector<std::unique_ptr<BenchWeights>> qkv, gate_up;
+    std::unique_ptr<BenchWeights> o, down, ple_gate, ple_proj;
+  };
+  static GgmlType built_type = GgmlType::F32;
+  static std::vector<Layer> layers;
+  static double token_bytes = 0;
+  if (layers.empty() || built_type != type) {
+    layers.clear();
+    token_bytes = 0;
+    built_type = type;
+    auto packed = [&](int64_t out, int64_t in) {
+      auto w = make_weights(type, out, in, false);
+      w->packed_view(0);
+      token_bytes += double(packed_matrix_bytes(w->packed_views[0]));
+      return w;
+    };
+    for (int l = 0; l < 35; ++l) {
+      const bool full = l % 5 == 4, writes_kv = l < 15;
+      const int64_t q = full ? 4096 : 2048, kv = full ? 512 : 256, ffn = writes_kv ? 6144 : 12288;
+      Layer L;
+      L.qkv.push_back(packed(q, 1536));
+      if (writes_kv) L.qkv.push_back(packed(kv, 1536)), L.qkv.push_back(packed(kv, 1536));
+      L.o = packed(1536, q);
+      L.gate_up.push_back(packed(ffn, 1536));
+      L.gate_up.push_back(packed(ffn, 1536));
+      L.down = packed(1536, ffn);
+      L.ple_gate = packed(256, 1536);
+      L.ple_proj = packed(1536, 256);
+      layers.push_back(std::move(L));
+    }
+  }
+  std::vector<float> x(12288, 0.25f), y0(12288), y1(12288), y2(512);
+  auto shared = [&](const std::vector<std::unique_ptr<BenchWeights>>& ws) {
+    MatmulTarget t[3];
+    float* ys[3] = {y0.data(), y1.data(), y2.data()};
+    for (size_t i = 0; i < ws.size(); ++i) t[i] = {ws[i]->packed_views[0], ys[i], ws[i]->out};
+    matmul_shared_input(t, int(ws.size()), x.data(), 1, 1536, &pool2());
+  };
+  auto single = [&](const BenchWeights& w) {
+    matmul(w.packed_views[0], x.data(), 1, w.in, y0.data(), w.out, &pool2());
+  };
+  for (auto _ : state) {
+    for (const Layer& L : layers) {
+      shared(L.qkv);
+      single(*L.o);
+      shared(L.gate_up);
+      single(*L.down);
+      single(*L.ple_gate);
+      single(*L.ple_proj);
+    }
+    benchmark::DoNotOptimize(y0.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(token_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(isa_name(active_isa())) +
+                 (layers[0].o->packed_views[0].packed ? " packed" : ""));
+}
+
 void BM_MatmulReference(benchmark::State& state) {
   const int64_t in = 256, out = 256, rows = 16;
   const BenchWeights& w = weights(GgmlType::Q8_0, out, in, false);
@@ -362,6 +429,15 @@ void register_all() {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
+  }
+  // One token's layer products at decode (E2B), after the read loop they are read against.
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    benchmark::RegisterBenchmark(
+        (std::string(ggml_type_name(t)) + "_packed/E2B_decode_layers/rows:1/threads:2").c_str(),
+        BM_DecodeToken, t)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.5);
   }
   benchmark::RegisterBenchmark("reference/Q8_0/256x256/rows:16", BM_MatmulReference)
       ->Unit(benchmark::kMillisecond)
