@@ -321,14 +321,16 @@ void expect_roofline_fractions(const CommandResult& r) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("roofline (peaks: the highest measured during the run"), std::string::npos) << r.out;
   const auto pp = roofline_cells(r.out, "pp16"), tg = roofline_cells(r.out, "tg4");
-  ASSERT_EQ(pp.size(), 11u) << r.out;
-  ASSERT_EQ(tg.size(), 11u) << r.out;
+  ASSERT_EQ(pp.size(), 13u) << r.out;
+  ASSERT_EQ(tg.size(), 13u) << r.out;
   EXPECT_GT(std::stod(tg[7]), 0.0) << tg[7];  // of read bandwidth, "87.6 %"
   EXPECT_EQ(tg[7].back(), '%');
   EXPECT_GT(std::stod(tg[8]), 0.0) << tg[8];  // of the bandwidth measured around each repetition
   EXPECT_EQ(tg[8].back(), '%');
-  EXPECT_EQ(pp[7], "-");  // a prompt test has no decode columns
-  EXPECT_EQ(pp[8], "-");
+  EXPECT_GT(std::stod(tg[9]), 0.0) << tg[9];    // a plain read of the token's weights, GB/s
+  EXPECT_GT(std::stod(tg[10]), 0.0) << tg[10];  // decode's share of it
+  EXPECT_EQ(tg[10].back(), '%');
+  for (int c = 7; c <= 10; ++c) EXPECT_EQ(pp[c], "-") << c;  // a prompt test has no decode columns
   if (r.err.find("ISA scalar") != std::string::npos) {
     EXPECT_EQ(pp[3], "-");
     return;

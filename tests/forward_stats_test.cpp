@@ -52,6 +52,37 @@ TEST_P(ForwardStatsOf, ProductBreakdownAddsUpToTheTotals) {
   EXPECT_EQ(after, calls);
 }
 
+// With `streamed` set, a decoded token's products list the weight bytes they stream: together exactly the
+// bytes the stats count, every span inside the model's memory (the MoE: the selected experts only, as
+// counted), and nothing more once it is unset.
+TEST_P(ForwardStatsOf, StreamedSpansAreTheBytesCounted) {
+  GeneratorSpec spec;
+  spec.preset = GetParam();
+  auto m = generate_model(spec, nullptr);
+  ThreadPool pool(2);
+  KvCache kv(m->config, 64, 1, 16, KvType::F16);
+  Forward f(*m, &pool);
+  f.ubatch = 16;
+  ForwardOutputs out;
+  f.run({{5, 0, 0, true, false}}, kv, out);
+  std::vector<ByteSpan> spans;
+  f.streamed = &spans;
+  f.stats.reset();
+  f.run({{6, 1, 0, true, false}}, kv, out);
+  double bytes = 0;
+  for (const ByteSpan& s : spans) {
+    EXPECT_NE(s.data, nullptr);
+    EXPECT_GT(s.size, 0u);
+    bytes += double(s.size);
+  }
+  EXPECT_GT(spans.size(), size_t(m->config.n_layer));
+  EXPECT_DOUBLE_EQ(bytes, f.stats.weight_bytes);
+  f.streamed = nullptr;
+  const size_t n = spans.size();
+  f.run({{7, 2, 0, true, false}}, kv, out);
+  EXPECT_EQ(spans.size(), n);
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, ForwardStatsOf, ::testing::Values("tiny", "tiny-moe"),
                          [](const auto& info) {
                            return std::string(info.param) == "tiny" ? "Tiny" : "TinyMoe";

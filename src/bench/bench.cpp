@@ -326,6 +326,10 @@ int cmd_bench(int argc, char** argv, int first) {
       // --roofline: each repetition's decode rate over the read bandwidth measured right before and
       // right after it (their mean), so a drift of the host between repetitions does not count.
       std::vector<double> paired_bandwidth_fracs;
+      // --roofline: the weight bytes one decoded token streams (recorded in the warm-up), and the highest
+      // rate a plain read of them reached, measured beside the read loop.
+      std::vector<ByteSpan> token_weights;
+      double token_weights_read_gbs = 0;
       bool flops_unmeasured = false;
       ProductBreakdown decode_products;  // --products: the measured repetitions' decode products
       double decode_tokens = 0;
@@ -379,6 +383,8 @@ int cmd_bench(int argc, char** argv, int first) {
           if (n_gen > 0) {
             read_gbs_before = measure_read_bandwidth_quick(&pool);
             peaks.read_gbs = std::max(peaks.read_gbs, read_gbs_before);
+            v.token_weights_read_gbs =
+                std::max(v.token_weights_read_gbs, measure_read_bandwidth_over(&pool, v.token_weights));
           }
         }
         fwd.stats.reset();
@@ -422,7 +428,10 @@ int cmd_bench(int argc, char** argv, int first) {
           if (a.on("--products") && !warm) fwd.breakdown = &v.decode_products, v.decode_tokens += n_gen;
           for (int g = 0; g < n_gen; ++g) {
             out.clear();
+            if (warm && g == 0 && a.on("--roofline"))
+              v.token_weights.clear(), fwd.streamed = &v.token_weights;
             fwd.run({{last, pos, 0, true, false}}, kv, out);
+            fwd.streamed = nullptr;
             const float* lg = out.logits.data();
             last = int32_t(std::max<int64_t>(0, argmax_finite(lg, out.n_vocab)));
             pos++;
@@ -440,6 +449,8 @@ int cmd_bench(int argc, char** argv, int first) {
           if (read_gbs_before > 0 && gsecs > 0) {
             const double read_gbs_after = measure_read_bandwidth_quick(&pool);
             peaks.read_gbs = std::max(peaks.read_gbs, read_gbs_after);
+            v.token_weights_read_gbs =
+                std::max(v.token_weights_read_gbs, measure_read_bandwidth_over(&pool, v.token_weights));
             const double gbs = (fwd.stats.weight_bytes - gen_bytes0) / gsecs / 1e9;
             v.paired_bandwidth_fracs.push_back(gbs / (0.5 * (read_gbs_before + read_gbs_after)));
           }
@@ -479,6 +490,10 @@ int cmd_bench(int argc, char** argv, int first) {
       }
       if (v.gen_secs > 0) {
         r.extra["decode_weight_gbs"] = v.gen_bytes / v.gen_secs / 1e9;
+        if (v.token_weights_read_gbs > 0) {
+          r.extra["decode_plain_read_gbs"] = v.token_weights_read_gbs;
+          r.extra["decode_plain_read_frac"] = v.gen_bytes / v.gen_secs / 1e9 / v.token_weights_read_gbs;
+        }
         if (v.gen_mm_secs > 0) {
           r.extra["decode_matmul_time_share"] = v.gen_mm_secs / v.gen_secs;
           r.extra["decode_matmul_gbs"] = v.gen_bytes / v.gen_mm_secs / 1e9;
@@ -533,28 +548,31 @@ int cmd_bench(int argc, char** argv, int first) {
       std::printf(
           "| test | variant | prompt int8 GEMMs GMAC/s | of int8 peak | their share of prompt MACs "
           "| all prompt matmuls GMAC/s | decode weight GB/s | of read bandwidth | of it at the time "
-          "| decode time in matmuls | GB/s inside them |\n"
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+          "| plain read of its weights GB/s | of that | decode time in matmuls | GB/s inside them |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : results) {
         auto get = [&](const char* k) { auto it = r.extra.find(k); return it == r.extra.end() ? -1.0 : it->second; };
         const std::string variant = variant_label(r);
         auto cell = [](double v, const char* f) { char b[32]; if (v < 0) return std::string("-"); std::snprintf(b, sizeof b, f, v); return std::string(b); };
         auto pct = [&](const char* k) { return cell(get(k) < 0 ? -1.0 : get(k) * 100, "%.1f %%"); };
-        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(),
+        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.test.c_str(),
                     variant.c_str(), cell(get("prompt_gemm_gmacs"), "%.1f").c_str(),
                     pct("prompt_gemm_int8_peak_frac").c_str(), pct("prompt_gemm_mac_share").c_str(),
                     cell(get("prompt_matmul_gmacs"), "%.1f").c_str(),
                     cell(get("decode_weight_gbs"), "%.2f").c_str(), pct("decode_bandwidth_frac").c_str(),
-                    pct("decode_bandwidth_frac_paired").c_str(), pct("decode_matmul_time_share").c_str(),
-                    cell(get("decode_matmul_gbs"), "%.2f").c_str());
+                    pct("decode_bandwidth_frac_paired").c_str(),
+                    cell(get("decode_plain_read_gbs"), "%.2f").c_str(), pct("decode_plain_read_frac").c_str(),
+                    pct("decode_matmul_time_share").c_str(), cell(get("decode_matmul_gbs"), "%.2f").c_str());
       }
       std::printf(
           "(int8 GEMMs: matrix products of quantized weights with more than 4 rows; the rest of\n"
           " the prompt's matmuls are the F32 PLE projection and the bandwidth-bound 1-row products\n"
           " of the pruned tail and head; decode: weight bytes per token over the whole token time,\n"
           " as a share of the run's highest read bandwidth and (the median over repetitions) of the\n"
-          " one measured right before and after each repetition; then the share of that time spent\n"
-          " inside the matrix products and the bandwidth they reach while running)\n");
+          " one measured right before and after each repetition; the highest rate the same loads read\n"
+          " the weight bytes one decoded token streams, where they lie (measured beside the loop), and\n"
+          " decode's share of it; then the share of the token's time spent inside the matrix products\n"
+          " and the bandwidth they reach while running)\n");
     }
     for (const std::string& t : product_tables) std::printf("%s", t.c_str());
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s)\n",

@@ -165,6 +165,11 @@ bool packed_kernels_active() {
 
 bool reads_packed(const MatrixView& w) { return w.packed && use_packed() && packed_kernels_active(); }
 
+ByteSpan streamed_weights(const MatrixView& w) {
+  if (reads_packed(w)) return {w.packed, packed_matrix_bytes(w)};
+  return {static_cast<const uint8_t*>(w.data), w.row_bytes * size_t(w.out)};
+}
+
 bool packable_type(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
          t == GgmlType::Q6_K;

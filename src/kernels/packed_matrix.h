@@ -31,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/byte_span.h"
 #include "kernels/matmul.h"
 
 namespace gem4 {
@@ -70,6 +71,9 @@ bool packed_kernels_active();
 // Whether matmul reads w's packed copy: it has one, packed reading is on, and the active kernel set
 // knows the layout.
 bool reads_packed(const MatrixView& w);
+// The bytes matmul streams for w: its packed copy where it reads one (Q4_K's is a third larger than the
+// GGUF tensor), else the tensor.
+ByteSpan streamed_weights(const MatrixView& w);
 
 // Whether w gets a packed copy: its type has a packed layout, packed kernels are active and the
 // shape fits (rows, whole 32-element blocks).

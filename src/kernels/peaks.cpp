@@ -109,8 +109,7 @@ class ReadBuffer {
     const auto at = reinterpret_cast<uintptr_t>(storage_.data());
     data_ = storage_.data() + (kPage - at % kPage) % kPage;
   }
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return bytes_; }
+  std::vector<ByteSpan> spans() const { return {{data_, bytes_}}; }
 
  private:
   static constexpr size_t kPage = 4096;
@@ -119,30 +118,42 @@ class ReadBuffer {
   size_t bytes_;
 };
 
-// Bytes/s: every thread reads its own chunk of `buf`; best of `passes`.
-double read_bandwidth_of(ThreadPool* pool, ReadLoop loop, const ReadBuffer& buf, int passes) {
+// Bytes/s: every thread reads its share of every span (a span is cut into one slice per thread at
+// multiples of 256 bytes, which every read loop reads whole; a span's last partial 256 bytes are not
+// read and not counted); best of `passes`.
+double read_bandwidth_of(ThreadPool* pool, ReadLoop loop, const std::vector<ByteSpan>& spans, int passes) {
   const int n = pool ? pool->size() : 1;
-  const size_t chunk = buf.size() / n / 256 * 256;
+  double bytes = 0;
+  for (const ByteSpan& s : spans) bytes += double(s.size / 256 * 256);
+  if (bytes == 0) return 0;
   double best = 0;
   for (int rep = 0; rep < passes; ++rep) {  // best of several passes, for the same reason
     std::vector<uint64_t> sums(n, 0);
     const auto t0 = Clock::now();
-    auto body = [&](int t) { sums[t] = loop(buf.data() + chunk * t, chunk); };
+    auto body = [&](int t) {
+      uint64_t sum = 0;
+      for (const ByteSpan& s : spans) {
+        const size_t blocks = s.size / 256, b0 = blocks * size_t(t) / size_t(n),
+                     b1 = blocks * size_t(t + 1) / size_t(n);
+        if (b1 > b0) sum += loop(s.data + b0 * 256, (b1 - b0) * 256);
+      }
+      sums[t] = sum;
+    };
     if (pool)
       pool->run_on_all(body);
     else
       body(0);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     g_sink = sums[0];
-    best = std::max(best, double(chunk) * n / secs);
+    best = std::max(best, bytes / secs);
   }
   return best;
 }
 
 // The set's read loops (see PeakLoops::read_narrow): the faster.
-double read_bandwidth(ThreadPool* pool, const PeakLoops& l, const ReadBuffer& buf, int passes) {
-  const double wide = read_bandwidth_of(pool, l.read, buf, passes);
-  return l.read_narrow ? std::max(wide, read_bandwidth_of(pool, l.read_narrow, buf, passes)) : wide;
+double read_bandwidth(ThreadPool* pool, const PeakLoops& l, const std::vector<ByteSpan>& spans, int passes) {
+  const double wide = read_bandwidth_of(pool, l.read, spans, passes);
+  return l.read_narrow ? std::max(wide, read_bandwidth_of(pool, l.read_narrow, spans, passes)) : wide;
 }
 
 constexpr int64_t kIters = 4'000'000;  // ~10 ms per run of a compute loop
@@ -160,7 +171,7 @@ MachinePeaks measure_peaks(ThreadPool* pool) {
   p.bf16_gmacs = measure(pool, l.bf16, kIters, 20) / 1e9;
   p.fp32_gflops = measure(pool, l.fp32, kIters, 20) / 1e9;
   const ReadBuffer buf(size_t(512) << 20);  // 512 MiB: far beyond the caches
-  p.read_gbs = read_bandwidth(pool, l, buf, 8) / 1e9;
+  p.read_gbs = read_bandwidth(pool, l, buf.spans(), 8) / 1e9;
   return p;
 }
 
@@ -171,7 +182,11 @@ double measure_int8_peak_quick(ThreadPool* pool) {
 double measure_read_bandwidth_quick(ThreadPool* pool) {
   // 256 MiB kept between calls (allocating and faulting it in would cost more than the measurement).
   static const ReadBuffer buf(size_t(256) << 20);
-  return read_bandwidth(pool, loops_for(active_isa()), buf, 3) / 1e9;
+  return read_bandwidth(pool, loops_for(active_isa()), buf.spans(), 3) / 1e9;
+}
+
+double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans) {
+  return read_bandwidth(pool, loops_for(active_isa()), spans, 3) / 1e9;
 }
 
 }  // namespace gem4

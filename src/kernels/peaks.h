@@ -12,6 +12,9 @@
 //            (it may vectorize them), so no instruction sequence stands for them; read bandwidth with
 //            64-bit general-register loads
 #pragma once
+#include <vector>
+
+#include "kernels/byte_span.h"
 
 namespace gem4 {
 
@@ -37,5 +40,12 @@ MachinePeaks measure_peaks(ThreadPool* pool);
 // Same instructions as measure_peaks (the running set's).
 double measure_int8_peak_quick(ThreadPool* pool);       // G MAC/s, 0 for the Scalar set
 double measure_read_bandwidth_quick(ThreadPool* pool);  // GB/s
+
+// GB/s reading `spans` where they lie with the same loops (each span shared out among the threads, one
+// barrier per pass, best of three passes; 0 when there is nothing to read). `gem4 bench --roofline`
+// gives it the weights one decoded token streams: on a VM whose memory reads at different speeds in
+// different places, a 256 MiB buffer can land somewhere faster or slower than the weights, and a plain
+// read of the weights themselves says what decode could reach.
+double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans);
 
 }  // namespace gem4

@@ -67,7 +67,7 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double bytes = 0;
-  for (int j = 0; j < count; ++j) bytes += weight_bytes_of(targets[j].w);
+  for (int j = 0; j < count; ++j) bytes += count_streamed(targets[j].w);
   stats.weight_bytes += bytes;
   count_product_time(secs, macs, rows > 4 && ggml_block_elems(targets[0].w.type) > 1);
   add_to_breakdown(targets[0].w, count, secs, bytes);
@@ -99,7 +99,7 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
     const double m = double(t.w.in) * double(t.w.out) * double(t.rows);
     macs += m;
     if (t.rows > 4 && ggml_block_elems(t.w.type) > 1) gemm_macs += m;
-    bytes += weight_bytes_of(t.w);
+    bytes += count_streamed(t.w);
   }
   stats.weight_bytes += bytes;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -113,10 +113,10 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
   }
 }
 
-double Forward::weight_bytes_of(const MatrixView& w) const {
-  // Bytes the kernel streams: the packed copy where it reads one (Q4_K's is a third larger than the
-  // GGUF tensor), else the tensor.
-  return reads_packed(w) ? double(packed_matrix_bytes(w)) : double(w.row_bytes) * double(w.out);
+double Forward::count_streamed(const MatrixView& w) {
+  const ByteSpan span = streamed_weights(w);
+  if (streamed) streamed->push_back(span);
+  return double(span.size);
 }
 
 void Forward::add_to_breakdown(const MatrixView& first, int count, double secs, double bytes) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gguf/large_alloc.h"
+#include "kernels/byte_span.h"
 #include "model/batch.h"
 #include "model/block.h"
 #include "model/kv_cache.h"
@@ -66,6 +67,9 @@ class Forward {
   // When set, every product's time and bytes are also added here under its kind (the caller owns it;
   // nullptr, the default, records nothing).
   ProductBreakdown* breakdown = nullptr;
+  // When set, every product appends the weight bytes it streams, in the order it runs (what one decoded
+  // token reads, for `gem4 bench --roofline` to read plainly; the caller owns it).
+  std::vector<ByteSpan>* streamed = nullptr;
 
   // Runs every row of `batch` (appending K/V to `kv`) and fills `out` with the requested outputs.
   // Rows of one sequence must have consecutive positions continuing that sequence's cache.
@@ -87,8 +91,8 @@ class Forward {
   void matmul_shared(const MatmulTarget* targets, int count, const float* x, int rows, int ldx);
   // Independent products at one barrier (matmul_group), timed as one and counted per job.
   void matmul_group(const MatmulJob* jobs, int count);
-  // Weight bytes the kernels stream for w.
-  double weight_bytes_of(const MatrixView& w) const;
+  // Counts the weight bytes the kernels stream for w (stats, `streamed`); returns them.
+  double count_streamed(const MatrixView& w);
   void count_product_time(double secs, double macs, bool int8_gemm);
   void add_to_breakdown(const MatrixView& first, int count, double secs, double bytes);
 
