@@ -2,6 +2,9 @@
 // up to the totals the roofline uses.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/generator.h"
@@ -12,16 +15,25 @@ namespace {
 
 // Products sharing an input (the E-models' q/k/v, gate/up) and independent ones at one barrier (the
 // MoE's dense down with the experts).
-class ForwardStatsOf : public ::testing::TestWithParam<const char*> {};
+class ForwardStatsOf : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    GeneratorSpec spec;
+    spec.preset = GetParam();
+    model_ = generate_model(spec, nullptr);
+    kv_ = std::make_unique<KvCache>(model_->config, 64, 1, 16, KvType::F16);
+    forward_ = std::make_unique<Forward>(*model_, &pool_);
+    forward_->ubatch = 16;  // two micro-batches for a 20-row prompt
+  }
+  ThreadPool pool_{2};
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Forward> forward_;
+};
 
 TEST_P(ForwardStatsOf, ProductBreakdownAddsUpToTheTotals) {
-  GeneratorSpec spec;
-  spec.preset = GetParam();
-  auto m = generate_model(spec, nullptr);
-  ThreadPool pool(2);
-  KvCache kv(m->config, 64, 1, 16, KvType::F16);
-  Forward f(*m, &pool);
-  f.ubatch = 16;  // two micro-batches for the prompt
+  Forward& f = *forward_;
+  KvCache& kv = *kv_;
   ProductBreakdown products;
   f.breakdown = &products;
   Batch prompt;
@@ -52,17 +64,12 @@ TEST_P(ForwardStatsOf, ProductBreakdownAddsUpToTheTotals) {
   EXPECT_EQ(after, calls);
 }
 
-// With `streamed` set, a decoded token's products list the weight bytes they stream: together exactly the
-// bytes the stats count, every span inside the model's memory (the MoE: the selected experts only, as
-// counted), and nothing more once it is unset.
+// With `streamed` set, a decoded token's products list the weight bytes they stream, one non-empty span
+// per product: together exactly the bytes the stats count (the MoE: the selected experts only), and
+// nothing more once it is unset.
 TEST_P(ForwardStatsOf, StreamedSpansAreTheBytesCounted) {
-  GeneratorSpec spec;
-  spec.preset = GetParam();
-  auto m = generate_model(spec, nullptr);
-  ThreadPool pool(2);
-  KvCache kv(m->config, 64, 1, 16, KvType::F16);
-  Forward f(*m, &pool);
-  f.ubatch = 16;
+  Forward& f = *forward_;
+  KvCache& kv = *kv_;
   ForwardOutputs out;
   f.run({{5, 0, 0, true, false}}, kv, out);
   std::vector<ByteSpan> spans;
@@ -75,7 +82,7 @@ TEST_P(ForwardStatsOf, StreamedSpansAreTheBytesCounted) {
     EXPECT_GT(s.size, 0u);
     bytes += double(s.size);
   }
-  EXPECT_GT(spans.size(), size_t(m->config.n_layer));
+  EXPECT_GT(spans.size(), size_t(model_->config.n_layer));
   EXPECT_DOUBLE_EQ(bytes, f.stats.weight_bytes);
   f.streamed = nullptr;
   const size_t n = spans.size();
