@@ -156,7 +156,8 @@ int cmd_bench(int argc, char** argv, int first) {
          "after the results, a table per -n test and variant of where the decode time went: the matrix "
          "products by kind (type, shape, how many at one barrier), their share of the time and GB/s");
   a.flag("--roofline",
-         "measure this machine's int8/bf16/fp32 peaks and read bandwidth with the running kernel set's "
+         "measure this machine's int8/bf16/fp32 peaks and read bandwidth (a read loop over its own buffer, "
+         "and the same loads over the weights one decoded token streams) with the running kernel set's "
          "instructions (GEM4_ISA); report fractions");
   declare_media_bench_flags(a);
   declare_thread_flag(a);
