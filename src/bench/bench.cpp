@@ -335,6 +335,16 @@ int cmd_bench(int argc, char** argv, int first) {
       ProductBreakdown decode_products;  // --products: the measured repetitions' decode products
       double decode_tokens = 0;
     };
+    // --roofline: the read bandwidth at this moment, the faster of the two plain reads (the read loop over
+    // its own buffer, the same loads over v's token weights): the machine reads at least that fast,
+    // whichever of them sits in faster memory. Raises the run's highest and v's highest weights read.
+    auto read_bandwidth_now = [&](VariantRun& v) {
+      const double weights_gbs = measure_read_bandwidth_over(&pool, v.token_weights);
+      v.token_weights_read_gbs = std::max(v.token_weights_read_gbs, weights_gbs);
+      const double gbs = std::max(measure_read_bandwidth_quick(&pool), weights_gbs);
+      peaks.read_gbs = std::max(peaks.read_gbs, gbs);
+      return gbs;
+    };
     std::vector<VariantRun> runs;
     for (const auto& variant : variants) {
       const std::string& spec = variant[5];
@@ -382,12 +392,7 @@ int cmd_bench(int argc, char** argv, int first) {
         if (a.on("--roofline") && !warm) {
           if (n_prompt > 0) peaks.int8_gmacs = std::max(peaks.int8_gmacs, measure_int8_peak_quick(&pool));
           if (n_gen > 0) {
-            // The read bandwidth at a moment is the faster of the two plain reads: the machine reads at
-            // least that fast, whichever of its buffer and the weights sits in faster memory.
-            const double weights_gbs = measure_read_bandwidth_over(&pool, v.token_weights);
-            v.token_weights_read_gbs = std::max(v.token_weights_read_gbs, weights_gbs);
-            read_gbs_before = std::max(measure_read_bandwidth_quick(&pool), weights_gbs);
-            peaks.read_gbs = std::max(peaks.read_gbs, read_gbs_before);
+            read_gbs_before = read_bandwidth_now(v);
           }
         }
         fwd.stats.reset();
@@ -431,8 +436,8 @@ int cmd_bench(int argc, char** argv, int first) {
           if (a.on("--products") && !warm) fwd.breakdown = &v.decode_products, v.decode_tokens += n_gen;
           for (int g = 0; g < n_gen; ++g) {
             out.clear();
-            if (warm && g == 0 && a.on("--roofline"))
-              v.token_weights.clear(), fwd.streamed = &v.token_weights;
+            // --roofline: the warm-up's decoded token records the weight bytes a token streams.
+            fwd.streamed = warm && g == 0 && a.on("--roofline") ? &v.token_weights : nullptr;
             fwd.run({{last, pos, 0, true, false}}, kv, out);
             fwd.streamed = nullptr;
             const float* lg = out.logits.data();
@@ -450,10 +455,7 @@ int cmd_bench(int argc, char** argv, int first) {
           v.gen_bytes += fwd.stats.weight_bytes - gen_bytes0, v.gen_secs += gsecs;
           v.gen_mm_secs += fwd.stats.matmul_seconds - gen_mm_secs0;
           if (read_gbs_before > 0 && gsecs > 0) {
-            const double weights_gbs = measure_read_bandwidth_over(&pool, v.token_weights);
-            v.token_weights_read_gbs = std::max(v.token_weights_read_gbs, weights_gbs);
-            const double read_gbs_after = std::max(measure_read_bandwidth_quick(&pool), weights_gbs);
-            peaks.read_gbs = std::max(peaks.read_gbs, read_gbs_after);
+            const double read_gbs_after = read_bandwidth_now(v);
             const double gbs = (fwd.stats.weight_bytes - gen_bytes0) / gsecs / 1e9;
             v.paired_bandwidth_fracs.push_back(gbs / (0.5 * (read_gbs_before + read_gbs_after)));
           }
