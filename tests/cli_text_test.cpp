@@ -384,6 +384,32 @@ TEST(CliBench, ProductsTableSharesAddUp) {
   EXPECT_NEAR(share, 100.0, 0.1 * rows) << r.out;  // each share rounded to 0.1 %
 }
 
+// With --roofline the table also has the plain read of each kind's weights and the products' share of
+// it; kinds under 64 MiB a token (all of the tiny model's) show "-" there instead of a cache's speed.
+TEST(CliBench, ProductsTableWithRooflineHasThePlainReadColumns) {
+  const CommandResult r = gem4("bench --preset tiny -p 0 -n 4 -r 1 --prune 1 --products --roofline");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const size_t at = r.out.find("| products | per token |");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::istringstream lines(r.out.substr(at));
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_NE(line.find("| GB/s | plain read of their weights GB/s | of that |"), std::string::npos) << line;
+  int rows = 0;
+  while (std::getline(lines, line) && line.rfind("|", 0) == 0) {
+    if (line.rfind("|---", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string c; std::getline(row, c, '|');) cells.push_back(c);
+    ASSERT_EQ(cells.size(), 8u) << line;
+    EXPECT_GT(std::stod(cells[5]), 0.0) << line;
+    EXPECT_EQ(cells[6], " - ") << line;
+    EXPECT_EQ(cells[7], " - ") << line;
+    ++rows;
+  }
+  EXPECT_GT(rows, 2) << r.out;
+}
+
 // inspect names the file type llama.cpp wrote into the file; bench names a model by it.
 TEST(CliInspect, NamesTheFileType) {
   const std::string path = gem4::test::testdata("llamacpp-ref/gemma4-tiny-q8_0.gguf");

@@ -90,6 +90,35 @@ TEST_P(ForwardStatsOf, StreamedSpansAreTheBytesCounted) {
   EXPECT_EQ(spans.size(), n);
 }
 
+// With `breakdown` and `streamed` both set, each kind keeps the spans its products streamed: together its
+// bytes, and the whole token's spans in all; with `streamed` unset it keeps none.
+TEST_P(ForwardStatsOf, BreakdownKeepsEachKindsSpansWhileStreamed) {
+  Forward& f = *forward_;
+  KvCache& kv = *kv_;
+  ForwardOutputs out;
+  f.run({{5, 0, 0, true, false}}, kv, out);
+  ProductBreakdown products;
+  std::vector<ByteSpan> spans;
+  f.breakdown = &products;
+  f.streamed = &spans;
+  f.run({{6, 1, 0, true, false}}, kv, out);
+  f.streamed = nullptr;
+  size_t kept = 0;
+  for (const auto& [kind, t] : products) {
+    double bytes = 0;
+    for (const ByteSpan& s : t.spans) bytes += double(s.size);
+    EXPECT_DOUBLE_EQ(bytes, t.weight_bytes) << kind;
+    kept += t.spans.size();
+  }
+  EXPECT_EQ(kept, spans.size());
+  ProductBreakdown later;
+  f.breakdown = &later;
+  f.run({{7, 2, 0, true, false}}, kv, out);
+  f.breakdown = nullptr;
+  ASSERT_FALSE(later.empty());
+  for (const auto& [kind, t] : later) EXPECT_TRUE(t.spans.empty()) << kind;
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, ForwardStatsOf, ::testing::Values("tiny", "tiny-moe"),
                          [](const auto& info) {
                            return std::string(info.param) == "tiny" ? "Tiny" : "TinyMoe";

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 
@@ -13,6 +14,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "generate/drafter_factory.h"
+#include "generate/generate.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matrix.h"
@@ -21,8 +24,6 @@
 #include "model/forward.h"
 #include "model/generator.h"
 #include "model/model.h"
-#include "generate/drafter_factory.h"
-#include "generate/generate.h"
 #include "text/tokenizer.h"
 
 namespace gem4::cli {
@@ -40,8 +41,11 @@ std::string variant_label(const bench::Result& r) {
 
 // --products: one markdown table of a decode run's products, slowest share first. GB/s is the
 // weight bytes over the time inside those products (both threads' work, end-of-product waits
-// included), comparable with the roofline's "GB/s inside them".
-std::string products_table(const std::string& title, const ProductBreakdown& b, double tokens) {
+// included), comparable with the roofline's "GB/s inside them". With `plain_gbs` (--roofline), two
+// more columns: the rate of a plain read of one token's weights of that kind, and the products' share
+// of it, so a kind that streams slower than its own bytes can be read stands out.
+std::string products_table(const std::string& title, const ProductBreakdown& b, double tokens,
+                           const std::map<std::string, double>* plain_gbs) {
   std::vector<std::pair<std::string, ProductTime>> rows(b.begin(), b.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
@@ -49,15 +53,26 @@ std::string products_table(const std::string& title, const ProductBreakdown& b, 
   for (const auto& [kind, t] : rows) total += t.seconds;
   std::string out = "\ndecode products, " + title + " (" + std::to_string(int64_t(tokens)) +
                     " tokens; the first product at each barrier and how many ran there):\n"
-                    "| products | per token | share of the products' time | weight MiB per token | GB/s |\n"
-                    "|---|---:|---:|---:|---:|\n";
+                    "| products | per token | share of the products' time | weight MiB per token | GB/s |";
+  out += plain_gbs ? " plain read of their weights GB/s | of that |\n|---|---:|---:|---:|---:|---:|---:|\n"
+                   : "\n|---|---:|---:|---:|---:|\n";
   char line[256];
   for (const auto& [kind, t] : rows) {
-    std::snprintf(line, sizeof line, "| %s | %.1f | %.1f %% | %.2f | %.2f |\n", kind.c_str(),
+    const double gbs = t.seconds > 0 ? t.weight_bytes / t.seconds / 1e9 : 0.0;
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.1f %% | %.2f | %.2f |", kind.c_str(),
                   double(t.calls) / tokens, total > 0 ? 100 * t.seconds / total : 0.0,
-                  t.weight_bytes / tokens / (1 << 20),
-                  t.seconds > 0 ? t.weight_bytes / t.seconds / 1e9 : 0.0);
+                  t.weight_bytes / tokens / (1 << 20), gbs);
     out += line;
+    if (plain_gbs) {
+      const auto plain = plain_gbs->find(kind);
+      if (plain != plain_gbs->end() && plain->second > 0) {
+        std::snprintf(line, sizeof line, " %.2f | %.1f %% |", plain->second, 100 * gbs / plain->second);
+        out += line;
+      } else {
+        out += " - | - |";  // a kind too small to read apart, or one the recorded token did not run
+      }
+    }
+    out += "\n";
   }
   return out;
 }
@@ -152,9 +167,11 @@ int cmd_bench(int argc, char** argv, int first) {
   a.value("-md,--model-draft", "FILE", "drafter for --spec: a gemma4-assistant GGUF (mtp) or a smaller gemma4 (draft)");
   a.value("--draft-max", "N", "most drafted tokens per round", "3");
   a.flag("--draft-adaptive", "tune the draft length from acceptance and measured step costs");
-  a.flag("--products",
-         "after the results, a table per -n test and variant of where the decode time went: the matrix "
-         "products by kind (type, shape, how many at one barrier), their share of the time and GB/s");
+  a.flag(
+      "--products",
+      "after the results, a table per -n test and variant of where the decode time went: the matrix "
+      "products by kind (type, shape, how many at one barrier), their share of the time and GB/s (with "
+      "--roofline also a plain read of each kind's weights, 64 MiB a token or more, and their share of it)");
   a.flag("--roofline",
          "measure this machine's int8/bf16/fp32 peaks and read bandwidth (a read loop over its own buffer, "
          "and the same loads over the weights one decoded token streams) with the running kernel set's "
@@ -333,6 +350,7 @@ int cmd_bench(int argc, char** argv, int first) {
       double token_weights_read_gbs = 0;
       bool flops_unmeasured = false;
       ProductBreakdown decode_products;  // --products: the measured repetitions' decode products
+      ProductBreakdown token_products;   // --products --roofline: the warm-up's decoded token, with spans
       double decode_tokens = 0;
     };
     // --roofline: the read bandwidth at this moment, the faster of the two plain reads (the read loop over
@@ -436,10 +454,14 @@ int cmd_bench(int argc, char** argv, int first) {
           if (a.on("--products") && !warm) fwd.breakdown = &v.decode_products, v.decode_tokens += n_gen;
           for (int g = 0; g < n_gen; ++g) {
             out.clear();
-            // --roofline: the warm-up's decoded token records the weight bytes a token streams.
-            fwd.streamed = warm && g == 0 && a.on("--roofline") ? &v.token_weights : nullptr;
+            // --roofline: the warm-up's decoded token records the weight bytes a token streams (with
+            // --products, also kind by kind).
+            const bool record = warm && g == 0 && a.on("--roofline");
+            fwd.streamed = record ? &v.token_weights : nullptr;
+            if (record && a.on("--products")) fwd.breakdown = &v.token_products;
             fwd.run({{last, pos, 0, true, false}}, kv, out);
             fwd.streamed = nullptr;
+            if (record) fwd.breakdown = nullptr;
             const float* lg = out.logits.data();
             last = int32_t(std::max<int64_t>(0, argmax_finite(lg, out.n_vocab)));
             pos++;
@@ -506,8 +528,21 @@ int cmd_bench(int argc, char** argv, int first) {
       }
       results.push_back(r);
       if (v.decode_tokens > 0) {
-        product_tables.push_back(
-            products_table(r.test + " " + variant_label(r), v.decode_products, v.decode_tokens));
+        // --roofline: each kind's weights in one decoded token read plainly, right after the repetitions:
+        // the best of three rounds of one pass per kind, so that between two reads of a kind the others
+        // (the rest of the token's weights) push it out of the caches, as decode finds it. Kinds under
+        // 64 MiB a token are left out: their reads last microseconds and came partly from the caches
+        // (E2B's 7 MiB per-layer-input products "read" at 85-128 GB/s on a Zen 5 VM whose memory gave 60).
+        std::map<std::string, double> plain_gbs;
+        for (int round = 0; round < 3; ++round) {
+          for (const auto& [kind, t] : v.token_products) {
+            if (t.weight_bytes < double(64 << 20)) continue;
+            plain_gbs[kind] = std::max(plain_gbs[kind], measure_read_bandwidth_over(&pool, t.spans, 1));
+          }
+        }
+        product_tables.push_back(products_table(r.test + " " + variant_label(r), v.decode_products,
+                                                v.decode_tokens,
+                                                v.token_products.empty() ? nullptr : &plain_gbs));
       }
     }
   }

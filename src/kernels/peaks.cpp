@@ -185,8 +185,8 @@ double measure_read_bandwidth_quick(ThreadPool* pool) {
   return read_bandwidth(pool, loops_for(active_isa()), buf.spans(), 3) / 1e9;
 }
 
-double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans) {
-  return read_bandwidth(pool, loops_for(active_isa()), spans, 3) / 1e9;
+double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans, int passes) {
+  return read_bandwidth(pool, loops_for(active_isa()), spans, passes) / 1e9;
 }
 
 }  // namespace gem4

@@ -42,10 +42,11 @@ double measure_int8_peak_quick(ThreadPool* pool);       // G MAC/s, 0 for the Sc
 double measure_read_bandwidth_quick(ThreadPool* pool);  // GB/s
 
 // GB/s reading `spans` where they lie with the same loops (each span shared out among the threads, one
-// barrier per pass, best of three passes; 0 when there is nothing to read). `gem4 bench --roofline`
+// barrier per pass, best of `passes`; 0 when there is nothing to read). `gem4 bench --roofline`
 // gives it the weights one decoded token streams: on a VM whose memory reads at different speeds in
 // different places, a 256 MiB buffer can land somewhere faster or slower than the weights, and a plain
-// read of the weights themselves says what decode could reach.
-double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans);
+// read of the weights themselves says what decode could reach. Spans that fit in the caches are read
+// from them after the first pass: one pass each, with other reads in between, keeps them cold.
+double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans, int passes = 3);
 
 }  // namespace gem4

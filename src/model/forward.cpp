@@ -66,11 +66,12 @@ void Forward::matmul_shared(const MatmulTarget* targets, int count, const float*
     macs = run_products(targets, count, x, rows, ldx, pool_);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const size_t first_span = streamed ? streamed->size() : 0;
   double bytes = 0;
   for (int j = 0; j < count; ++j) bytes += count_streamed(targets[j].w);
   stats.weight_bytes += bytes;
   count_product_time(secs, macs, rows > 4 && ggml_block_elems(targets[0].w.type) > 1);
-  add_to_breakdown(targets[0].w, count, secs, bytes);
+  add_to_breakdown(targets[0].w, count, secs, bytes, first_span);
 }
 
 void Forward::matmul_group(const MatmulJob* jobs, int count) {
@@ -92,6 +93,7 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
     }
     if (!rest.empty()) run_group(rest.data(), int(rest.size()), pool_);
   }
+  const size_t first_span = streamed ? streamed->size() : 0;
   double bytes = 0;
   for (int j = 0; j < count; ++j) {
     const MatmulJob& t = jobs[j];
@@ -103,7 +105,7 @@ void Forward::matmul_group(const MatmulJob* jobs, int count) {
   }
   stats.weight_bytes += bytes;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (count > 0) add_to_breakdown(jobs[0].w, count, secs, bytes);
+  if (count > 0) add_to_breakdown(jobs[0].w, count, secs, bytes, first_span);
   stats.matmul_seconds += secs;
   stats.matmul_macs += macs;
   // The GEMM jobs' share of the time, in proportion to their multiply-adds.
@@ -119,7 +121,8 @@ double Forward::count_streamed(const MatrixView& w) {
   return double(span.size);
 }
 
-void Forward::add_to_breakdown(const MatrixView& first, int count, double secs, double bytes) {
+void Forward::add_to_breakdown(const MatrixView& first, int count, double secs, double bytes,
+                               size_t first_span) {
   if (!breakdown) return;
   std::string kind = std::string(ggml_type_name(first.type)) + " " + std::to_string(first.out) + "x" +
                      std::to_string(first.in);
@@ -128,6 +131,8 @@ void Forward::add_to_breakdown(const MatrixView& first, int count, double secs, 
   t.seconds += secs;
   t.weight_bytes += bytes;
   t.calls++;
+  if (streamed)
+    t.spans.insert(t.spans.end(), streamed->begin() + std::ptrdiff_t(first_span), streamed->end());
 }
 
 void Forward::count_product_time(double secs, double macs, bool int8_gemm) {

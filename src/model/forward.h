@@ -53,6 +53,9 @@ struct ProductTime {
   double seconds = 0;
   double weight_bytes = 0;
   int64_t calls = 0;
+  // While Forward::streamed is also set: the weight bytes those calls streamed, in the order they ran
+  // (for `gem4 bench --products --roofline` to read plainly, kind by kind).
+  std::vector<ByteSpan> spans;
 };
 using ProductBreakdown = std::map<std::string, ProductTime>;
 
@@ -64,8 +67,8 @@ class Forward {
   int ubatch = 512;
   const ModelConfig& config() const { return c_; }
   ForwardStats stats;
-  // When set, every product's time and bytes are also added here under its kind (the caller owns it;
-  // nullptr, the default, records nothing).
+  // When set, every product's time and bytes are also added here under its kind, and while `streamed`
+  // is set too its spans (the caller owns it; nullptr, the default, records nothing).
   ProductBreakdown* breakdown = nullptr;
   // When set, every product appends the weight bytes it streams, in the order it runs (what one decoded
   // token reads, for `gem4 bench --roofline` to read plainly; the caller owns it).
@@ -94,7 +97,8 @@ class Forward {
   // Counts the weight bytes the kernels stream for w (stats, `streamed`); returns them.
   double count_streamed(const MatrixView& w);
   void count_product_time(double secs, double macs, bool int8_gemm);
-  void add_to_breakdown(const MatrixView& first, int count, double secs, double bytes);
+  // `first_span`: where this barrier's spans start in *streamed (when set).
+  void add_to_breakdown(const MatrixView& first, int count, double secs, double bytes, size_t first_span);
 
   const Model& model_;
   const ModelConfig& c_;
