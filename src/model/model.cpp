@@ -78,10 +78,11 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
         "kernel sets, and this file or kernel set has none";
     return;
   }
-  std::string why_not_mapped;
+  std::string why_not_mapped, pages;
   if (!opt.packed_cache_dir.empty() &&
-      map_packed_cache(opt.packed_cache_dir, *m.file, matrices, m.packed, &why_not_mapped)) {
+      map_packed_cache(opt.packed_cache_dir, *m.file, matrices, m.packed, &why_not_mapped, &pages)) {
     m.packed_origin = "mapped from " + packed_cache_path(opt.packed_cache_dir, m.file->path());
+    if (!pages.empty()) m.packed_origin += "; " + pages;
     release_file_pages(matrices);
     return;
   }

@@ -17,6 +17,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/file_io.h"
+#include "gguf/huge_pages.h"
 #include "kernels/fnv1a.h"
 #include "kernels/thread_pool.h"
 
@@ -32,6 +33,22 @@ namespace {
 // random 64 KiB-2 MiB pieces of 4 GiB ran 5-15 % faster over huge pages, paired in one process on a
 // Zen 5 VM. Advice only: where the kernel or file system cannot, nothing changes.
 void ask_for_huge_pages(void* map, size_t bytes) { ::madvise(map, bytes, MADV_HUGEPAGE); }
+
+// Where the page cache still holds parts of the mapped file in small folios (written, or read back,
+// while memory was short), reads them again in 2 MiB ones (gguf/huge_pages.h). Returns what it did for
+// the load's report, "" when there was nothing to do or the kernel cannot tell.
+std::string settle_in_huge_pages(const std::string& path, void* map, size_t bytes) {
+  const HugePageReread r = reread_into_huge_pages(path, map, bytes);
+  constexpr size_t kMiB = size_t{1} << 20;
+  if (!r.measured || r.small_before < 64 * kMiB) return "";
+  std::string s = std::to_string(r.small_before / kMiB) + " MiB of it in 4 KiB pages";
+  if (r.reread > 0) {
+    s += ", " + std::to_string(r.reread / kMiB) + " MiB read again: " + std::to_string(r.small_after / kMiB) +
+         " MiB left";
+  }
+  if (!r.stopped.empty()) s += " (" + r.stopped + ")";
+  return s;
+}
 
 constexpr char kMagic[8] = {'G', 'E', 'M', '4', 'P', 'A', 'C', 'K'};
 constexpr uint32_t kVersion = 2;  // 2: the source path after the entries
@@ -172,7 +189,7 @@ std::string packed_cache_path(const std::string& dir, const std::string& gguf_pa
 }
 
 bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                      PackedStore& store, std::string* why) {
+                      PackedStore& store, std::string* why, std::string* pages_note) {
   Header want;
   std::vector<Entry> want_entries;
   std::string source_path;
@@ -229,6 +246,8 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::s
   // MAP_POPULATE would come too early for; on an older kernel the pages fault in as they are read.
   ::madvise(map, want.file_size, MADV_POPULATE_READ);
   store.adopt_mapping(map, want.file_size);
+  const std::string pages = settle_in_huge_pages(path, map, want.file_size);
+  if (pages_note) *pages_note = pages;
   const auto* base = static_cast<const uint8_t*>(map);
   for (size_t i = 0; i < matrices.size(); ++i) *matrices[i] = store.attach(*matrices[i], base + want_entries[i].offset);
   return true;
@@ -308,6 +327,10 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
     ::unlink(tmp.c_str());
   } else {
     *note = "written to " + path + " for later loads";
+    // Clean now (synced), so what is in small folios can be dropped and read again.
+    if (const std::string pages = settle_in_huge_pages(path, map, header.file_size); !pages.empty()) {
+      *note += "; " + pages;
+    }
   }
   return true;
 }

@@ -1,0 +1,126 @@
+#include "gguf/huge_pages.h"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gguf/file_io.h"
+
+namespace gem4 {
+
+namespace {
+
+// The PAGEMAP_SCAN ioctl of /proc/<pid>/pagemap (Linux 6.7, <linux/fs.h>), declared here because the
+// build machines' kernel headers may predate it. Layouts and numbers are the kernel's ABI.
+struct PmScanArg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+struct PageRegion {
+  uint64_t start, end, categories;
+};
+constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
+constexpr uint64_t kPageIsHuge = 1u << 6;  // mapped by a 2 MiB (PMD) entry, or hugetlb
+
+constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+
+// The runs of pages in [begin, end) not mapped by 2 MiB entries; false where the kernel cannot say.
+bool small_runs(uintptr_t begin, uintptr_t end, std::vector<PageRegion>* runs) {
+  runs->clear();
+  Fd pagemap{::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)};
+  if (pagemap.fd < 0) return false;
+  std::vector<PageRegion> vec(1024);
+  while (begin < end) {
+    PmScanArg arg{};
+    arg.size = sizeof arg;
+    arg.start = begin;
+    arg.end = end;
+    arg.vec = reinterpret_cast<uintptr_t>(vec.data());
+    arg.vec_len = vec.size();
+    arg.category_inverted = kPageIsHuge;  // pages that are not huge ...
+    arg.category_mask = kPageIsHuge;      // ... and only those
+    arg.return_mask = kPageIsHuge;
+    const int found = ::ioctl(pagemap.fd, kPagemapScan, &arg);
+    if (found < 0) return false;
+    runs->insert(runs->end(), vec.begin(), vec.begin() + found);
+    if (arg.walk_end <= begin) break;  // no progress: never loop
+    begin = arg.walk_end;
+  }
+  return true;
+}
+
+size_t run_bytes(const std::vector<PageRegion>& runs) {
+  size_t n = 0;
+  for (const PageRegion& r : runs) n += r.end - r.start;
+  return n;
+}
+
+}  // namespace
+
+int64_t bytes_outside_huge_pages(const void* map, size_t bytes) {
+  std::vector<PageRegion> runs;
+  const auto begin = reinterpret_cast<uintptr_t>(map);
+  if (!small_runs(begin, begin + bytes, &runs)) return -1;
+  return int64_t(run_bytes(runs));
+}
+
+HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t bytes) {
+  HugePageReread out;
+  const auto begin = reinterpret_cast<uintptr_t>(map), end = begin + bytes;
+  std::vector<PageRegion> runs;
+  if (bytes == 0 || !small_runs(begin, end, &runs)) return out;
+  out.measured = true;
+  out.small_before = out.small_after = run_bytes(runs);
+  if (out.small_before == 0) return out;
+  if (begin % kHuge != 0) {
+    out.stopped = "the mapping is not aligned to 2 MiB";
+    return out;
+  }
+  if (out.small_before >= bytes - bytes % kHuge) {
+    out.stopped = "nothing of it is in 2 MiB pages (no large folios here)";
+    return out;
+  }
+  // The whole 2 MiB blocks the small runs touch, in address order, without repeats (the tail past the
+  // last whole block can never be mapped huge).
+  std::vector<uintptr_t> blocks;
+  for (const PageRegion& r : runs) {
+    for (uintptr_t b = r.start / kHuge * kHuge; b < r.end && b + kHuge <= end; b += kHuge) {
+      if (blocks.empty() || blocks.back() != b) blocks.push_back(b);
+    }
+  }
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) {
+    out.stopped = "cannot open " + path;
+    return out;
+  }
+  // Batches of up to 32 blocks (64 MiB): after each, whether it came back in 2 MiB pages.
+  constexpr size_t kBatch = 32;
+  for (size_t i = 0; i < blocks.size(); i += kBatch) {
+    const size_t n = std::min(kBatch, blocks.size() - i);
+    for (size_t k = i; k < i + n; ++k) {
+      void* p = reinterpret_cast<void*>(blocks[k]);
+      ::madvise(p, kHuge, MADV_DONTNEED);  // a clean shared file mapping: only our entries go
+      ::posix_fadvise(f.fd, off_t(blocks[k] - begin), off_t(kHuge), POSIX_FADV_DONTNEED);
+      ::madvise(p, kHuge, MADV_POPULATE_READ);
+    }
+    out.reread += n * kHuge;
+    size_t still_small = 0;
+    for (size_t k = i; k < i + n; ++k) {
+      std::vector<PageRegion> left;
+      if (small_runs(blocks[k], blocks[k] + kHuge, &left) && !left.empty()) ++still_small;
+    }
+    if (2 * still_small > n) {
+      out.stopped = std::to_string(still_small) + " of " + std::to_string(n) +
+                    " blocks read again came back in small pages (no free 2 MiB blocks now)";
+      break;
+    }
+  }
+  small_runs(begin, end, &runs);
+  out.small_after = run_bytes(runs);
+  return out;
+}
+
+}  // namespace gem4
