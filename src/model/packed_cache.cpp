@@ -188,8 +188,9 @@ std::string packed_cache_path(const std::string& dir, const std::string& gguf_pa
   return (std::filesystem::path(dir) / (full.filename().string() + "-" + hash + ".gem4pack")).string();
 }
 
-bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                      PackedStore& store, std::string* why, std::string* pages_note) {
+bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file,
+                      std::span<MatrixView* const> matrices, PackedStore& store, std::string* why,
+                      std::string* pages_note) {
   Header want;
   std::vector<Entry> want_entries;
   std::string source_path;

@@ -42,8 +42,9 @@ std::string packed_cache_path(const std::string& dir, const std::string& gguf_pa
 // Parts of the file the page cache holds in 4 KiB folios are read again in 2 MiB ones where the kernel
 // can (gguf/huge_pages.h; a writer does the same once its file is synced); *pages_note, if given, says
 // so ("" when there was nothing to do).
-bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                      PackedStore& store, std::string* why, std::string* pages_note = nullptr);
+bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file,
+                      std::span<MatrixView* const> matrices, PackedStore& store, std::string* why,
+                      std::string* pages_note = nullptr);
 
 // Packs `matrices` (all from `file`) straight into a new cache file of `file` in `dir`, through a
 // shared mapping of it, so the copies are made once, in the page cache, and this process reads them
