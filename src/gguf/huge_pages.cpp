@@ -27,11 +27,11 @@ constexpr uint64_t kPageIsHuge = 1u << 6;  // mapped by a 2 MiB (PMD) entry, or 
 
 constexpr uintptr_t kHuge = uintptr_t{2} << 20;
 
-// The runs of pages in [begin, end) not mapped by 2 MiB entries; false where the kernel cannot say.
-bool small_runs(uintptr_t begin, uintptr_t end, std::vector<PageRegion>* runs) {
+// The runs of pages in [begin, end) not mapped by 2 MiB entries, asked of `pagemap` (this process's
+// /proc/self/pagemap); false where the kernel cannot say.
+bool small_runs(int pagemap, uintptr_t begin, uintptr_t end, std::vector<PageRegion>* runs) {
   runs->clear();
-  Fd pagemap{::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)};
-  if (pagemap.fd < 0) return false;
+  if (pagemap < 0) return false;
   std::vector<PageRegion> vec(1024);
   while (begin < end) {
     PmScanArg arg{};
@@ -43,7 +43,7 @@ bool small_runs(uintptr_t begin, uintptr_t end, std::vector<PageRegion>* runs) {
     arg.category_inverted = kPageIsHuge;  // pages that are not huge ...
     arg.category_mask = kPageIsHuge;      // ... and only those
     arg.return_mask = kPageIsHuge;
-    const int found = ::ioctl(pagemap.fd, kPagemapScan, &arg);
+    const int found = ::ioctl(pagemap, kPagemapScan, &arg);
     if (found < 0) return false;
     runs->insert(runs->end(), vec.begin(), vec.begin() + found);
     if (arg.walk_end <= begin) break;  // no progress: never loop
@@ -58,12 +58,15 @@ size_t run_bytes(const std::vector<PageRegion>& runs) {
   return n;
 }
 
+Fd open_pagemap() { return Fd{::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)}; }
+
 }  // namespace
 
 int64_t bytes_outside_huge_pages(const void* map, size_t bytes) {
   std::vector<PageRegion> runs;
   const auto begin = reinterpret_cast<uintptr_t>(map);
-  if (!small_runs(begin, begin + bytes, &runs)) return -1;
+  const Fd pagemap = open_pagemap();
+  if (!small_runs(pagemap.fd, begin, begin + bytes, &runs)) return -1;
   return int64_t(run_bytes(runs));
 }
 
@@ -71,7 +74,8 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
   HugePageReread out;
   const auto begin = reinterpret_cast<uintptr_t>(map), end = begin + bytes;
   std::vector<PageRegion> runs;
-  if (bytes == 0 || !small_runs(begin, end, &runs)) return out;
+  const Fd pagemap = open_pagemap();
+  if (bytes == 0 || !small_runs(pagemap.fd, begin, end, &runs)) return out;
   out.measured = true;
   out.small_before = out.small_after = run_bytes(runs);
   if (out.small_before == 0) return out;
@@ -110,15 +114,16 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
     size_t still_small = 0;
     for (size_t k = i; k < i + n; ++k) {
       std::vector<PageRegion> left;
-      if (small_runs(blocks[k], blocks[k] + kHuge, &left) && !left.empty()) ++still_small;
+      if (small_runs(pagemap.fd, blocks[k], blocks[k] + kHuge, &left) && !left.empty()) ++still_small;
     }
     if (2 * still_small > n) {
       out.stopped = std::to_string(still_small) + " of " + std::to_string(n) +
-                    " blocks read again came back in small pages (no free 2 MiB blocks now)";
+                    " blocks read again came back in small pages (no free 2 MiB blocks, or other processes "
+                    "map them)";
       break;
     }
   }
-  small_runs(begin, end, &runs);
+  small_runs(pagemap.fd, begin, end, &runs);
   out.small_after = run_bytes(runs);
   return out;
 }
