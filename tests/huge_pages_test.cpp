@@ -1,10 +1,10 @@
 // gguf/huge_pages.h: a file mapping partly in 4 KiB page-cache folios is read again into 2 MiB ones,
 // with its contents unchanged; where the kernel shows it cannot (nothing in 2 MiB pages, a mapping
-// off the 2 MiB grid) nothing is read. The page cache is arranged by hand: pages dropped
-// (POSIX_FADV_DONTNEED) and read back through a mapping advised MADV_RANDOM (no read-ahead) come back
-// as 4 KiB folios; read through one advised MADV_HUGEPAGE, as 2 MiB ones where the kernel and file
-// system make large folios. Where they do not, or the kernel cannot say (PAGEMAP_SCAN, Linux 6.7),
-// the tests that need them skip and say so.
+// off the 2 MiB grid, pages that come back small) it stops, and pages not in memory are not read. The page
+// cache is arranged by hand: pages dropped (POSIX_FADV_DONTNEED) and read back through a mapping advised
+// MADV_RANDOM (no read-ahead) come back as 4 KiB folios; read through one advised MADV_HUGEPAGE, as 2 MiB
+// ones where the kernel and file system make large folios. Where they do not, or the kernel cannot say
+// (PAGEMAP_SCAN, Linux 6.7), the tests that need them skip and say so.
 #include "gguf/huge_pages.h"
 
 #include <fcntl.h>
@@ -81,7 +81,7 @@ class HugePages : public ::testing::Test {
 TEST_F(HugePages, SmallHalfIsReadAgainIntoHugePagesWithTheSameContents) {
   read_in_small_pages(kFileBytes / 2, kFileBytes);  // blocks 4-7 and the tail in 4 KiB folios
   map_file();
-  const int64_t small = bytes_outside_huge_pages(map_, kFileBytes);
+  const int64_t small = bytes_in_small_pages(map_, kFileBytes);
   if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   if (size_t(small) >= kFileBytes - kFileBytes / 2 + kHuge) {
     GTEST_SKIP() << "no large folios for files in " << path_ << " on this kernel (" << small
@@ -95,7 +95,7 @@ TEST_F(HugePages, SmallHalfIsReadAgainIntoHugePagesWithTheSameContents) {
   EXPECT_EQ(r.reread, 4 * kHuge);  // the four whole blocks of the second half, not the tail
   EXPECT_EQ(r.stopped, "");
   EXPECT_LT(r.small_after, kHuge);  // the tail only
-  EXPECT_EQ(bytes_outside_huge_pages(map_, kFileBytes), int64_t(r.small_after));
+  EXPECT_EQ(bytes_in_small_pages(map_, kFileBytes), int64_t(r.small_after));
   expect_contents();
 }
 
@@ -109,7 +109,7 @@ TEST_F(HugePages, StopsWhenPagesComeBackSmall) {
   volatile uint8_t sum = 0;
   for (size_t at = kFileBytes / 2; at < kFileBytes; at += 4096) sum = sum + other[at];
   map_file();
-  const int64_t small = bytes_outside_huge_pages(map_, kFileBytes);
+  const int64_t small = bytes_in_small_pages(map_, kFileBytes);
   if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   if (size_t(small) >= kFileBytes - kFileBytes / 2 + kHuge) GTEST_SKIP() << "no large folios for files here";
   const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
@@ -121,10 +121,26 @@ TEST_F(HugePages, StopsWhenPagesComeBackSmall) {
   ::munmap(const_cast<uint8_t*>(other), kFileBytes);
 }
 
+// Pages not in memory (here: not mapped by this process) are not read: a file larger than the memory
+// is never read through at load.
+TEST_F(HugePages, PagesNotInMemoryAreLeftAlone) {
+  read_in_small_pages(kFileBytes / 2, kFileBytes);
+  map_file();
+  const int64_t small = bytes_in_small_pages(map_, kFileBytes);
+  if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
+  if (size_t(small) >= kFileBytes - kFileBytes / 2 + kHuge) GTEST_SKIP() << "no large folios for files here";
+  ::madvise(static_cast<uint8_t*>(map_) + 4 * kHuge, 4 * kHuge, MADV_DONTNEED);  // blocks 4-7 unmapped
+  const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
+  EXPECT_TRUE(r.measured);
+  EXPECT_EQ(r.small_before, kFileBytes - 8 * kHuge);  // the tail only
+  EXPECT_EQ(r.reread, 0u);
+  expect_contents();
+}
+
 TEST_F(HugePages, NothingIsReadWhereNoPageIsHuge) {
   read_in_small_pages(0, kFileBytes);
   map_file();
-  const int64_t small = bytes_outside_huge_pages(map_, kFileBytes);
+  const int64_t small = bytes_in_small_pages(map_, kFileBytes);
   if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   ASSERT_EQ(size_t(small), kFileBytes);
   const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
@@ -141,7 +157,7 @@ TEST_F(HugePages, NothingIsReadFromAMappingOffTheTwoMiBGrid) {
   ASSERT_NE(reserve, MAP_FAILED);
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(reserve) + kHuge - 1) / kHuge * kHuge;
   map_file(reinterpret_cast<void*>(aligned + 4096));
-  if (bytes_outside_huge_pages(map_, kFileBytes) < 0) {
+  if (bytes_in_small_pages(map_, kFileBytes) < 0) {
     ::munmap(reserve, kFileBytes + 2 * kHuge);
     map_ = nullptr;
     GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";

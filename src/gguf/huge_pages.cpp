@@ -27,9 +27,15 @@ constexpr uint64_t kPageIsHuge = 1u << 6;  // mapped by a 2 MiB (PMD) entry, or 
 
 constexpr uintptr_t kHuge = uintptr_t{2} << 20;
 
-// The runs of pages in [begin, end) not mapped by 2 MiB entries, asked of `pagemap` (this process's
-// /proc/self/pagemap); false where the kernel cannot say.
-bool small_runs(int pagemap, uintptr_t begin, uintptr_t end, std::vector<PageRegion>* runs) {
+constexpr uint64_t kPageIsPresent = 1u << 3;
+
+// Which pages a scan reports.
+enum class Pages { SmallInMemory, Huge };
+
+// The runs of pages in [begin, end) of the given kind (in memory but not mapped by a 2 MiB entry, or
+// mapped by one), asked of `pagemap` (this process's /proc/self/pagemap); false where the kernel
+// cannot say.
+bool scan(int pagemap, uintptr_t begin, uintptr_t end, Pages kind, std::vector<PageRegion>* runs) {
   runs->clear();
   if (pagemap < 0) return false;
   std::vector<PageRegion> vec(1024);
@@ -40,9 +46,14 @@ bool small_runs(int pagemap, uintptr_t begin, uintptr_t end, std::vector<PageReg
     arg.end = end;
     arg.vec = reinterpret_cast<uintptr_t>(vec.data());
     arg.vec_len = vec.size();
-    arg.category_inverted = kPageIsHuge;  // pages that are not huge ...
-    arg.category_mask = kPageIsHuge;      // ... and only those
-    arg.return_mask = kPageIsHuge;
+    // A page matches when (its categories ^ inverted) & mask == mask.
+    if (kind == Pages::SmallInMemory) {
+      arg.category_inverted = kPageIsHuge;
+      arg.category_mask = kPageIsHuge | kPageIsPresent;
+    } else {
+      arg.category_mask = kPageIsHuge;
+    }
+    arg.return_mask = kPageIsHuge | kPageIsPresent;
     const int found = ::ioctl(pagemap, kPagemapScan, &arg);
     if (found < 0) return false;
     runs->insert(runs->end(), vec.begin(), vec.begin() + found);
@@ -62,11 +73,11 @@ Fd open_pagemap() { return Fd{::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)
 
 }  // namespace
 
-int64_t bytes_outside_huge_pages(const void* map, size_t bytes) {
+int64_t bytes_in_small_pages(const void* map, size_t bytes) {
   std::vector<PageRegion> runs;
   const auto begin = reinterpret_cast<uintptr_t>(map);
   const Fd pagemap = open_pagemap();
-  if (!small_runs(pagemap.fd, begin, begin + bytes, &runs)) return -1;
+  if (!scan(pagemap.fd, begin, begin + bytes, Pages::SmallInMemory, &runs)) return -1;
   return int64_t(run_bytes(runs));
 }
 
@@ -75,7 +86,7 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
   const auto begin = reinterpret_cast<uintptr_t>(map), end = begin + bytes;
   std::vector<PageRegion> runs;
   const Fd pagemap = open_pagemap();
-  if (bytes == 0 || !small_runs(pagemap.fd, begin, end, &runs)) return out;
+  if (bytes == 0 || !scan(pagemap.fd, begin, end, Pages::SmallInMemory, &runs)) return out;
   out.measured = true;
   out.small_before = out.small_after = run_bytes(runs);
   if (out.small_before == 0) return out;
@@ -83,7 +94,8 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
     out.stopped = "the mapping is not aligned to 2 MiB";
     return out;
   }
-  if (out.small_before >= bytes - bytes % kHuge) {
+  std::vector<PageRegion> huge;
+  if (!scan(pagemap.fd, begin, end, Pages::Huge, &huge) || huge.empty()) {
     out.stopped = "nothing of it is in 2 MiB pages (no large folios here)";
     return out;
   }
@@ -114,7 +126,9 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
     size_t still_small = 0;
     for (size_t k = i; k < i + n; ++k) {
       std::vector<PageRegion> left;
-      if (small_runs(pagemap.fd, blocks[k], blocks[k] + kHuge, &left) && !left.empty()) ++still_small;
+      if (scan(pagemap.fd, blocks[k], blocks[k] + kHuge, Pages::SmallInMemory, &left) && !left.empty()) {
+        ++still_small;
+      }
     }
     if (2 * still_small > n) {
       out.stopped = std::to_string(still_small) + " of " + std::to_string(n) +
@@ -123,7 +137,7 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
       break;
     }
   }
-  small_runs(pagemap.fd, begin, end, &runs);
+  scan(pagemap.fd, begin, end, Pages::SmallInMemory, &runs);
   out.small_after = run_bytes(runs);
   return out;
 }

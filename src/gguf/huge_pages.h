@@ -16,25 +16,27 @@
 
 namespace gem4 {
 
-// Bytes of [map, map + bytes) not mapped by 2 MiB page-table entries (absent pages included), or -1
-// where the kernel cannot tell (the PAGEMAP_SCAN ioctl came with Linux 6.7).
-int64_t bytes_outside_huge_pages(const void* map, size_t bytes);
+// Bytes of [map, map + bytes) in memory but not mapped by 2 MiB page-table entries, or -1 where the
+// kernel cannot tell (the PAGEMAP_SCAN ioctl came with Linux 6.7).
+int64_t bytes_in_small_pages(const void* map, size_t bytes);
 
 struct HugePageReread {
   bool measured = false;                     // the kernel said which pages are mapped small
-  size_t small_before = 0, small_after = 0;  // bytes outside 2 MiB entries
+  size_t small_before = 0, small_after = 0;  // bytes in memory outside 2 MiB entries
   size_t reread = 0;                         // bytes dropped from the page cache and read again
   std::string stopped;                       // why it stopped before reading everything small again
 };
 
 // For a read-only shared mapping of the whole file at `path` (offset 0, MADV_HUGEPAGE advised, `bytes`
-// long): every 2 MiB of the mapping not mapped by one entry is unmapped, dropped from the page cache
-// (POSIX_FADV_DONTNEED) and read again through the mapping (MADV_POPULATE_READ), which makes the kernel
-// read it ahead in one 2 MiB folio where it can. The contents never change (the file is clean and the
-// same bytes come back); pages other processes map stay in the page cache as they are. Stops where the
-// kernel shows it cannot: no 2 MiB entries anywhere in the mapping (a kernel or file system without
-// large folios), a mapping not aligned to 2 MiB, or a batch read again that came back mostly small
-// (no free 2 MiB blocks now), so a load never reads much from disk for nothing.
+// long): every 2 MiB of the mapping with pages in memory not mapped by one entry is unmapped, dropped
+// from the page cache (POSIX_FADV_DONTNEED) and read again through the mapping (MADV_POPULATE_READ),
+// which makes the kernel read it ahead in one 2 MiB folio where it can. The contents never change (the
+// file is clean and the same bytes come back); pages other processes map stay in the page cache as
+// they are; pages not in memory are left to fault in when read (a file larger than the memory is not
+// read through at load). Stops where the kernel shows it cannot: no 2 MiB entries anywhere in the
+// mapping (a kernel or file system without large folios), a mapping not aligned to 2 MiB, or a batch
+// read again that came back mostly small (no free 2 MiB blocks, or other processes map them), so a
+// load never reads much from disk for nothing.
 HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t bytes);
 
 }  // namespace gem4
