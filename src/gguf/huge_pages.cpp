@@ -96,7 +96,7 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
   }
   std::vector<PageRegion> huge;
   if (!scan(pagemap.fd, begin, end, Pages::Huge, &huge) || huge.empty()) {
-    out.stopped = "nothing of it is in 2 MiB pages (no large folios here)";
+    out.stopped = "nothing of it is in 2 MiB pages: no large folios here";
     return out;
   }
   // The whole 2 MiB blocks the small runs touch, in address order, without repeats (the tail past the
@@ -132,8 +132,8 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
     }
     if (2 * still_small > n) {
       out.stopped = std::to_string(still_small) + " of " + std::to_string(n) +
-                    " blocks read again came back in small pages (no free 2 MiB blocks, or other processes "
-                    "map them)";
+                    " blocks read again came back in small pages: no free 2 MiB blocks, or other processes "
+                    "map them";
       break;
     }
   }
