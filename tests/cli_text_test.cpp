@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -17,6 +18,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
+#include "gguf/huge_pages.h"
 #include "test_util.h"
 
 namespace {
@@ -408,6 +410,33 @@ TEST(CliBench, ProductsTableWithRooflineHasThePlainReadColumns) {
     ++rows;
   }
   EXPECT_GT(rows, 2) << r.out;
+}
+
+// The memory line says how much of a mapped packed-weight cache is in 4 KiB pages at the end of the run
+// (where the kernel can tell), for the writer and for a later load; an in-memory model has no such note.
+TEST(CliBench, MemoryLineSaysHowMuchOfTheMappedCacheIsInSmallPages) {
+  static const char probe[4096] = {1};
+  if (gem4::bytes_in_small_pages(probe, sizeof probe) < 0) {
+    GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
+  }
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("gem4_bench_pages_" + std::to_string(getpid()))).string();
+  const std::string path = gem4::test::testdata("llamacpp-ref/gemma4-tiny-q8_0.gguf");
+  const std::regex note(
+      R"(\(.*(written to|mapped from) .*; at the end ([0-9.]+) MiB of the mapped copies in 4 KiB pages\)\n)");
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "writer" : "later load");
+    const CommandResult r = gem4("bench -m " + quoted(path) + " -p 0 -n 2 -r 1 --pack-cache " + quoted(dir));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, note)) << r.out;
+    EXPECT_EQ(m[1].str(), run == 0 ? "written to" : "mapped from");
+    EXPECT_LE(std::stod(m[2].str()), 2.0) << m[0];  // the tiny model's cache is under 2 MiB
+  }
+  std::filesystem::remove_all(dir);
+  const CommandResult r = gem4("bench --preset tiny -p 0 -n 2 -r 1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("of the mapped copies"), std::string::npos) << r.out;
 }
 
 // inspect names the file type llama.cpp wrote into the file; bench names a model by it.

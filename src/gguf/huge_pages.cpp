@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -38,6 +39,9 @@ enum class Pages { SmallInMemory, Huge };
 bool scan(int pagemap, uintptr_t begin, uintptr_t end, Pages kind, std::vector<PageRegion>* runs) {
   runs->clear();
   if (pagemap < 0) return false;
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));  // the ioctl takes whole pages only
+  begin = begin / page * page;
+  end = (end + page - 1) / page * page;
   std::vector<PageRegion> vec(1024);
   while (begin < end) {
     PmScanArg arg{};

@@ -16,8 +16,8 @@
 
 namespace gem4 {
 
-// Bytes of [map, map + bytes) in memory but not mapped by 2 MiB page-table entries, or -1 where the
-// kernel cannot tell (the PAGEMAP_SCAN ioctl came with Linux 6.7).
+// Bytes of [map, map + bytes) (widened to whole pages) in memory but not mapped by 2 MiB page-table
+// entries, or -1 where the kernel cannot tell (the PAGEMAP_SCAN ioctl came with Linux 6.7).
 int64_t bytes_in_small_pages(const void* map, size_t bytes);
 
 struct HugePageReread {

@@ -258,6 +258,13 @@ void PackedStore::adopt_mapping(void* base, size_t length) {
   mappings_.push_back(std::unique_ptr<void, Unmap>(base, Unmap{length}));
 }
 
+std::vector<ByteSpan> PackedStore::mappings() const {
+  std::vector<ByteSpan> out;
+  for (const auto& m : mappings_)
+    out.push_back({static_cast<const uint8_t*>(m.get()), m.get_deleter().length});
+  return out;
+}
+
 MatrixView PackedStore::attach(const MatrixView& w, const uint8_t* copy) {
   bytes_ += packed_matrix_bytes(w);
   MatrixView v = w;

@@ -95,6 +95,8 @@ class PackedStore {
   // w with `packed` pointing at `copy` (inside an adopted mapping, packed_matrix_bytes(w) bytes).
   MatrixView attach(const MatrixView& w, const uint8_t* copy);
   size_t bytes() const { return bytes_; }
+  // The adopted mappings (a packed-weight cache file), in the order adopted.
+  std::vector<ByteSpan> mappings() const;
 
  private:
   struct Free {
