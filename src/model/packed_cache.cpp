@@ -328,7 +328,10 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
     ::unlink(tmp.c_str());
   } else {
     *note = "written to " + path + " for later loads";
-    // Clean now (synced), so what is in small folios can be dropped and read again.
+    // What the kernel wrote back and dropped while packing (a cache near the size of the memory) is
+    // read back now, not fault by fault in the first tokens; and the file is clean now (synced), so
+    // what is in small folios can be dropped and read again.
+    ::madvise(map, header.file_size, MADV_POPULATE_READ);
     if (const std::string pages = settle_in_huge_pages(path, map, header.file_size); !pages.empty()) {
       *note += "; " + pages;
     }
