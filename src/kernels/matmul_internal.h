@@ -28,10 +28,12 @@ bool is_int8_type(GgmlType t);
 // are displacements of the prefetch instructions; read from a variable they cost GCC one advancing
 // pointer per prefetched line (nine per Q4_0 block, two of them kept on the stack).
 struct GemvPrefetch {
-  size_t l1, l2;  // l2 0: no prefetch into L2
+  size_t l1, l2;         // l2 0: no prefetch into L2
+  bool l1_non_temporal;  // the L1 prefetch as prefetchnta instead of prefetcht0
 };
-constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192}, kPrefetchL1Only{4096, 0};
-// Which of the two this CPU takes, decided once (see matmul.cpp for the measurements).
+constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192, false}, kPrefetchL1NonTemporal{4096, 0, true};
+// Which of the two this CPU takes, decided once (see matmul.cpp for the measurements): true for the
+// second.
 bool gemv_prefetch_l1_only();
 Int8Format int8_format(GgmlType t);
 

@@ -295,7 +295,8 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
     const uint8_t* pb = Fmt::block(panel, b);
 #pragma GCC unroll 17
     for (size_t line = 0; line < kBlock; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l1 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l1 + line),
+                   pf.l1_non_temporal ? _MM_HINT_NTA : _MM_HINT_T0);
       if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l2 + line), _MM_HINT_T1);
     }
     __m512i a0[R], a1[R], c0[R], c1[R];
@@ -386,7 +387,8 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
     const uint8_t* blk = planes_block<K>(panel, b, &super);
 #pragma GCC unroll 14
     for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line),
+                   pf.l1_non_temporal ? _MM_HINT_NTA : _MM_HINT_T0);
       if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
     }
     __m512i lo[2][R], hi[2][R];
@@ -554,10 +556,10 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
   }
 }
 
-void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
-                               ThreadPool* pool) {
+void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
+                               int64_t ldx, ThreadPool* pool) {
   if (gemv_prefetch_l1_only())
-    return packed_gemv_of_type<kPrefetchL1Only>(targets, count, x, rows, ldx, pool);
+    return packed_gemv_of_type<kPrefetchL1NonTemporal>(targets, count, x, rows, ldx, pool);
   packed_gemv_of_type<kPrefetchL1AndL2>(targets, count, x, rows, ldx, pool);
 }
 
