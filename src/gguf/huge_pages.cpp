@@ -24,11 +24,10 @@ struct PageRegion {
   uint64_t start, end, categories;
 };
 constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
-constexpr uint64_t kPageIsHuge = 1u << 6;  // mapped by a 2 MiB (PMD) entry, or hugetlb
+constexpr uint64_t kPageIsPresent = 1u << 3;  // in memory
+constexpr uint64_t kPageIsHuge = 1u << 6;     // mapped by a 2 MiB (PMD) entry, or hugetlb
 
 constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-
-constexpr uint64_t kPageIsPresent = 1u << 3;
 
 // Which pages a scan reports.
 enum class Pages { SmallInMemory, Huge };
