@@ -267,7 +267,8 @@ namespace matmul_detail {
 // run, two runs each): AVX-512 E2B Q4_0 0.962-0.997, Q8_0 0.960-0.970, Q4_K_M 0.981-1.000, 26B-A4B
 // Q4_0 0.984-0.998, E4B Q4_0 0.996-1.004; forced AVX2 E2B Q4_0 0.980-0.985, AVX-VNNI 0.984-0.987, AVX2
 // 26B-A4B 0.976-1.005. Without any software prefetch the time was 1.05-1.17x, with 12 KiB into L2
-// added 1.02-1.05x, with the non-temporal prefetch 8 KiB ahead no different from 4 (0.98-1.005).
+// added 1.02-1.05x; the non-temporal prefetch 8 KiB ahead was no different from 4 (0.98-1.005), 2 KiB
+// ahead took 1.006-1.037x the time.
 bool gemv_prefetch_l1_only() {
   static const bool amd = cpu_features().amd;
   return amd;
