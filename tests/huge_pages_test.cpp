@@ -67,6 +67,11 @@ class HugePages : public ::testing::Test {
     ::madvise(map_, kFileBytes, MADV_POPULATE_READ);
   }
 
+  HugePageReread reread(size_t bytes) const {
+    Fd f{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
+    return reread_into_huge_pages(f.fd, map_, bytes);
+  }
+
   void expect_contents() const {
     const auto* w = static_cast<const uint32_t*>(map_);
     for (size_t i = 0; i < kFileBytes / 4; ++i) {
@@ -89,7 +94,7 @@ TEST_F(HugePages, SmallHalfIsReadAgainIntoHugePagesWithTheSameContents) {
   }
   ASSERT_GE(size_t(small), kFileBytes / 2) << "the half read a page at a time came back in 2 MiB pages";
 
-  const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
+  const HugePageReread r = reread(kFileBytes);
   EXPECT_TRUE(r.measured);
   EXPECT_EQ(r.small_before, size_t(small));
   EXPECT_EQ(r.reread, 4 * kHuge);  // the four whole blocks of the second half, not the tail
@@ -112,7 +117,7 @@ TEST_F(HugePages, StopsWhenPagesComeBackSmall) {
   const int64_t small = bytes_in_small_pages(map_, kFileBytes);
   if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   if (size_t(small) >= kFileBytes - kFileBytes / 2 + kHuge) GTEST_SKIP() << "no large folios for files here";
-  const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
+  const HugePageReread r = reread(kFileBytes);
   EXPECT_EQ(r.reread, 4 * kHuge);
   EXPECT_NE(r.stopped.find("4 of 4 blocks read again came back in small pages"), std::string::npos)
       << r.stopped;
@@ -130,7 +135,7 @@ TEST_F(HugePages, PagesNotInMemoryAreLeftAlone) {
   if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   if (size_t(small) >= kFileBytes - kFileBytes / 2 + kHuge) GTEST_SKIP() << "no large folios for files here";
   ::madvise(static_cast<uint8_t*>(map_) + 4 * kHuge, 4 * kHuge, MADV_DONTNEED);  // blocks 4-7 unmapped
-  const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
+  const HugePageReread r = reread(kFileBytes);
   EXPECT_TRUE(r.measured);
   EXPECT_EQ(r.small_before, kFileBytes - 8 * kHuge);  // the tail only
   EXPECT_EQ(r.reread, 0u);
@@ -143,7 +148,7 @@ TEST_F(HugePages, NothingIsReadWhereNoPageIsHuge) {
   const int64_t small = bytes_in_small_pages(map_, kFileBytes);
   if (small < 0) GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   ASSERT_EQ(size_t(small), kFileBytes);
-  const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
+  const HugePageReread r = reread(kFileBytes);
   EXPECT_TRUE(r.measured);
   EXPECT_EQ(r.reread, 0u);
   EXPECT_NE(r.stopped.find("nothing of it is in 2 MiB pages"), std::string::npos) << r.stopped;
@@ -162,7 +167,7 @@ TEST_F(HugePages, NothingIsReadFromAMappingOffTheTwoMiBGrid) {
     map_ = nullptr;
     GTEST_SKIP() << "this kernel cannot say which pages are mapped huge (PAGEMAP_SCAN)";
   }
-  const HugePageReread r = reread_into_huge_pages(path_, map_, kFileBytes);
+  const HugePageReread r = reread(kFileBytes);
   EXPECT_TRUE(r.measured);
   EXPECT_EQ(r.reread, 0u);
   EXPECT_NE(r.stopped.find("not aligned to 2 MiB"), std::string::npos) << r.stopped;
@@ -173,7 +178,7 @@ TEST_F(HugePages, NothingIsReadFromAMappingOffTheTwoMiBGrid) {
 
 TEST_F(HugePages, EmptyRangeIsLeftAlone) {
   map_file();
-  const HugePageReread r = reread_into_huge_pages(path_, map_, 0);
+  const HugePageReread r = reread(0);
   EXPECT_FALSE(r.measured);
   EXPECT_EQ(r.reread, 0u);
 }

@@ -84,7 +84,7 @@ int64_t bytes_in_small_pages(const void* map, size_t bytes) {
   return int64_t(run_bytes(runs));
 }
 
-HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t bytes) {
+HugePageReread reread_into_huge_pages(int fd, void* map, size_t bytes) {
   HugePageReread out;
   const auto begin = reinterpret_cast<uintptr_t>(map), end = begin + bytes;
   std::vector<PageRegion> runs;
@@ -110,11 +110,6 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
       if (blocks.empty() || blocks.back() != b) blocks.push_back(b);
     }
   }
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) {
-    out.stopped = "cannot open " + path;
-    return out;
-  }
   // Batches of up to 32 blocks (64 MiB): after each, whether it came back in 2 MiB pages.
   constexpr size_t kBatch = 32;
   for (size_t i = 0; i < blocks.size(); i += kBatch) {
@@ -122,7 +117,7 @@ HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t
     for (size_t k = i; k < i + n; ++k) {
       void* p = reinterpret_cast<void*>(blocks[k]);
       ::madvise(p, kHuge, MADV_DONTNEED);  // a clean shared file mapping: only our entries go
-      ::posix_fadvise(f.fd, off_t(blocks[k] - begin), off_t(kHuge), POSIX_FADV_DONTNEED);
+      ::posix_fadvise(fd, off_t(blocks[k] - begin), off_t(kHuge), POSIX_FADV_DONTNEED);
       ::madvise(p, kHuge, MADV_POPULATE_READ);
     }
     out.reread += n * kHuge;

@@ -27,8 +27,8 @@ struct HugePageReread {
   std::string stopped;                       // why it stopped before reading everything small again
 };
 
-// For a read-only shared mapping of the whole file at `path` (offset 0, MADV_HUGEPAGE advised, `bytes`
-// long): every 2 MiB of the mapping with pages in memory not mapped by one entry is unmapped, dropped
+// For a read-only shared mapping of the whole file open as `fd` (offset 0, MADV_HUGEPAGE advised,
+// `bytes` long): every 2 MiB of the mapping with pages in memory not mapped by one entry is unmapped, dropped
 // from the page cache (POSIX_FADV_DONTNEED) and read again through the mapping (MADV_POPULATE_READ),
 // which makes the kernel read it ahead in one 2 MiB folio where it can. The contents never change (the
 // file is clean and the same bytes come back); pages other processes map stay in the page cache as
@@ -37,6 +37,6 @@ struct HugePageReread {
 // mapping (a kernel or file system without large folios), a mapping not aligned to 2 MiB, or a batch
 // read again that came back mostly small (no free 2 MiB blocks, or other processes map them), so a
 // load never reads much from disk for nothing.
-HugePageReread reread_into_huge_pages(const std::string& path, void* map, size_t bytes);
+HugePageReread reread_into_huge_pages(int fd, void* map, size_t bytes);
 
 }  // namespace gem4

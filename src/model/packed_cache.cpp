@@ -37,8 +37,8 @@ void ask_for_huge_pages(void* map, size_t bytes) { ::madvise(map, bytes, MADV_HU
 // Where the page cache still holds parts of the mapped file in small folios (written, or read back,
 // while memory was short), reads them again in 2 MiB ones (gguf/huge_pages.h). Returns what it did for
 // the load's report, "" when there was nothing to do or the kernel cannot tell.
-std::string settle_in_huge_pages(const std::string& path, void* map, size_t bytes) {
-  const HugePageReread r = reread_into_huge_pages(path, map, bytes);
+std::string settle_in_huge_pages(int fd, void* map, size_t bytes) {
+  const HugePageReread r = reread_into_huge_pages(fd, map, bytes);
   constexpr size_t kMiB = size_t{1} << 20;
   if (!r.measured || r.small_before < 64 * kMiB) return "";
   std::string s = std::to_string(r.small_before / kMiB) + " MiB of it in 4 KiB pages";
@@ -247,7 +247,7 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file,
   // MAP_POPULATE would come too early for; on an older kernel the pages fault in as they are read.
   ::madvise(map, want.file_size, MADV_POPULATE_READ);
   store.adopt_mapping(map, want.file_size);
-  const std::string pages = settle_in_huge_pages(path, map, want.file_size);
+  const std::string pages = settle_in_huge_pages(f.fd, map, want.file_size);
   if (pages_note) *pages_note = pages;
   const auto* base = static_cast<const uint8_t*>(map);
   for (size_t i = 0; i < matrices.size(); ++i) *matrices[i] = store.attach(*matrices[i], base + want_entries[i].offset);
@@ -332,7 +332,7 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
     // read back now, not fault by fault in the first tokens; and the file is clean now (synced), so
     // what is in small folios can be dropped and read again.
     ::madvise(map, header.file_size, MADV_POPULATE_READ);
-    if (const std::string pages = settle_in_huge_pages(path, map, header.file_size); !pages.empty()) {
+    if (const std::string pages = settle_in_huge_pages(f.fd, map, header.file_size); !pages.empty()) {
       *note += "; " + pages;
     }
   }
