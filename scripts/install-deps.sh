@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev googletest libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev tmux nodejs
           python3 python3-jsonschema libstb-dev  # libstb-dev: stb_image decodes images as llama.cpp does
-          chromium chromium-driver nginx wrk  # the chat page test; replicas behind nginx; the load test
+          chromium chromium-driver nginx wrk curl  # the chat page test; replicas behind nginx; the load test
           ccache)
 # make test-arm64 on an x86-64 machine: the AArch64 cross compiler and user-mode emulation.
 if [ "$(uname -m)" = x86_64 ]; then

@@ -157,12 +157,12 @@ TEST(ServerTest, ReplicasBehindNginx) {
   EXPECT_TRUE(after.done) << after.error;
 }
 
-// scripts/load_test.sh: wrk for 1 s against one replica, then against two behind nginx.
+// scripts/load_test.sh: wrk for 2 s against one replica, then against two behind nginx.
 TEST(ServerTest, LoadTestWithWrk) {
   const std::string out_path = "/tmp/gem4_load_test_" + std::to_string(getpid()) + ".log";
   const std::string cmd = "timeout 120 bash " + std::string(GEM4_SOURCE_DIR) +
                           "/scripts/load_test.sh --gem4 " + GEM4_BINARY + " --model " + tiny_model() +
-                          " --duration 1 --connections 4 >" + out_path + " 2>&1";
+                          " --duration 2 --connections 4 >" + out_path + " 2>&1";
   const int rc = std::system(cmd.c_str());
   const std::string out = read_file(out_path);
   std::remove(out_path.c_str());
