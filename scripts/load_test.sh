@@ -40,9 +40,9 @@ wrk_phase() {  # name url
   # One request first, outside the timed window: the path works end to end, and a replica's first
   # request (its pages faulting in) does not eat a short phase (under ASan on a loaded 2-core machine a
   # 1 s phase once finished no request at all).
-  if ! out="$(curl -sS -m 60 -H 'Content-Type: application/json' -d '{"user":"load-warm-up","max_tokens":4,
-        "temperature":0,"messages":[{"role":"user","content":"In the beginning"}]}' \
-        -w '\n%{http_code}' "$2/v1/chat/completions")" || [ "${out##*$'\n'}" != 200 ]; then
+  local warm_up='{"user":"load-warm-up","max_tokens":4,"messages":[{"role":"user","content":"In the beginning"}]}'
+  if ! out="$(curl -sS -m 60 -H 'Content-Type: application/json' -d "$warm_up" -w '\n%{http_code}' \
+                "$2/v1/chat/completions")" || [ "${out##*$'\n'}" != 200 ]; then
     echo "load_test: $1: the warm-up request failed: $out" >&2
     exit 1
   fi
