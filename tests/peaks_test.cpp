@@ -11,6 +11,10 @@
 #include "isa_override.h"
 #include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
+#if defined(__x86_64__)
+#include "kernels/page_heads.h"
+#include "kernels/peaks_internal.h"
+#endif
 
 namespace gem4 {
 namespace {
@@ -48,6 +52,41 @@ TEST(Peaks, ReadOverNothingIsZero) {
   EXPECT_EQ(measure_read_bandwidth_over(&pool, {{small.data(), small.size()}, {small.data(), 100}}), 0.0);
   EXPECT_EQ(measure_read_bandwidth_over(nullptr, {{small.data(), 0}}), 0.0);
 }
+
+#if defined(__x86_64__)
+// Where a read enters a new 4 KiB page, the head of the page two further on is prefetched; a read inside
+// one page that does not start it prefetches nothing.
+TEST(PageHeads, PrefetchedWhereAReadEntersANewPage) {
+  const auto at = [](uintptr_t a) { return reinterpret_cast<const uint8_t*>(a); };
+  const uintptr_t page = uintptr_t(1) << 30;  // any page-aligned address: nothing is read
+  EXPECT_EQ(page_head_to_prefetch(at(page), 576), page + 2 * kPageBytes);  // starts a page
+  EXPECT_EQ(page_head_to_prefetch(at(page + 576), 576), 0u);               // inside it
+  EXPECT_EQ(page_head_to_prefetch(at(page + 4096 - 576), 576), 0u);        // ends on its last byte
+  EXPECT_EQ(page_head_to_prefetch(at(page + 4096 - 64), 576),
+            page + 3 * kPageBytes);  // crosses into the next
+  EXPECT_EQ(page_head_to_prefetch(at(page + 4095), 2), page + 3 * kPageBytes);
+  EXPECT_EQ(page_head_to_prefetch(at(page + 64), 4096), page + 3 * kPageBytes);
+}
+
+// The read loops with page-head prefetches read the same bytes as the plain ones (equal sums), on every
+// set the CPU has, for lengths that start and end anywhere within pages.
+TEST(PageHeads, ReadLoopsWithThemSumTheSameBytes) {
+  std::vector<uint8_t> buf(5 * 4096 + 1024);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = uint8_t(i * 131 + (i >> 9));
+  struct Pair {
+    ReadLoop plain, heads;
+    bool supported;
+  };
+  const Pair pairs[] = {{read_loop_avx2, read_loop_avx2_page_heads, isa_supported(Isa::Avx2)},
+                        {read_loop_avx512, read_loop_avx512_page_heads, isa_supported(Isa::Avx512)}};
+  for (const Pair& pr : pairs) {
+    if (!pr.supported) continue;
+    for (size_t off : {size_t(0), size_t(64), size_t(3968), size_t(1024)})
+      for (size_t n : {size_t(256), size_t(4096), size_t(4096 + 512), size_t(4 * 4096)})
+        EXPECT_EQ(pr.heads(buf.data() + off, n), pr.plain(buf.data() + off, n)) << off << " " << n;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace gem4

@@ -268,7 +268,12 @@ namespace matmul_detail {
 // Q4_0 0.984-0.998, E4B Q4_0 0.996-1.004; forced AVX2 E2B Q4_0 0.980-0.985, AVX-VNNI 0.984-0.987, AVX2
 // 26B-A4B 0.976-1.005. Without any software prefetch the time was 1.05-1.17x, with 12 KiB into L2
 // added 1.02-1.05x; the non-temporal prefetch 8 KiB ahead was no different from 4 (0.98-1.005), 2 KiB
-// ahead took 1.006-1.037x the time.
+// ahead took 1.006-1.037x the time. On AMD Q8_0 and Q4_0 now take page-head prefetches instead
+// (kernels/page_heads.h): tokens alternated with the per-line prefetchnta in one `gem4 bench -p 0 -n 128
+// -r 2` (Zen 5 VM, median of 128 pairs' time ratios): AVX-512 E2B Q4_0 0.891, Q8_0 0.851, E4B Q4_0
+// 0.858; forced AVX2 E2B Q4_0 0.935, Q8_0 0.907; AVX-VNNI 0.922, 0.821. The K-quants keep prefetchnta:
+// with page heads E2B Q4_K_M (Q4_K, and Q6_K as its LM head) took 1.12-1.26x the time, the Q6_K LM
+// head streaming at 54 % of its plain read instead of 92 %.
 bool gemv_prefetch_l1_only() {
   static const bool amd = cpu_features().amd;
   return amd;

@@ -28,12 +28,15 @@ bool is_int8_type(GgmlType t);
 // are displacements of the prefetch instructions; read from a variable they cost GCC one advancing
 // pointer per prefetched line (nine per Q4_0 block, two of them kept on the stack).
 struct GemvPrefetch {
-  size_t l1, l2;         // l2 0: no prefetch into L2
-  bool l1_non_temporal;  // the L1 prefetch as prefetchnta instead of prefetcht0
+  size_t l1, l2;            // l2 0: no prefetch into L2
+  bool l1_non_temporal;     // the L1 prefetch as prefetchnta instead of prefetcht0
+  bool page_heads = false;  // instead of every line: page-head prefetches (kernels/page_heads.h)
 };
-constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192, false}, kPrefetchL1NonTemporal{4096, 0, true};
-// Which of the two this CPU takes, decided once (see matmul.cpp for the measurements): true for the
-// second.
+constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192, false}, kPrefetchL1NonTemporal{4096, 0, true},
+    kPrefetchPageHeads{0, 0, false, true};
+// Which this CPU takes, decided once (see matmul.cpp for the measurements): false, kPrefetchL1AndL2 for
+// every type; true (AMD), kPrefetchPageHeads for Q8_0 and Q4_0 and kPrefetchL1NonTemporal for the
+// K-quants.
 bool gemv_prefetch_l1_only();
 Int8Format int8_format(GgmlType t);
 

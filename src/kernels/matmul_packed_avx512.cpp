@@ -15,6 +15,7 @@
 
 #include "kernels/block_decode_avx512.h"
 #include "kernels/cpu_features.h"
+#include "kernels/gemv_prefetch_x86.h"
 #include "kernels/int8_panel_avx512.h"
 #include "kernels/lanes_avx512.h"
 #include "kernels/matmul_internal.h"
@@ -293,12 +294,7 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
   for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pb = Fmt::block(panel, b);
-#pragma GCC unroll 17
-    for (size_t line = 0; line < kBlock; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l1 + line),
-                   pf.l1_non_temporal ? _MM_HINT_NTA : _MM_HINT_T0);
-      if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(pb + pf.l2 + line), _MM_HINT_T1);
-    }
+    gemv_prefetch<pf>(pb, kBlock);
     __m512i a0[R], a1[R], c0[R], c1[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -385,12 +381,7 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* super;
     const uint8_t* blk = planes_block<K>(panel, b, &super);
-#pragma GCC unroll 14
-    for (size_t line = 0; line < K::kBlockBytes + 64; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l1 + line),
-                   pf.l1_non_temporal ? _MM_HINT_NTA : _MM_HINT_T0);
-      if constexpr (pf.l2 != 0) _mm_prefetch(reinterpret_cast<const char*>(blk + pf.l2 + line), _MM_HINT_T1);
-    }
+    gemv_prefetch<pf>(blk, K::kBlockBytes + 64);
     __m512i lo[2][R], hi[2][R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -517,14 +508,15 @@ struct PlanesGemv {
   }
 };
 
-template <GemvPrefetch kPf>
+// kLegacyPf for Q8_0 and Q4_0, kPf for the K-quants.
+template <GemvPrefetch kLegacyPf, GemvPrefetch kPf>
 void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                          ThreadPool* pool) {
   switch (targets[0].w.type) {
     case GgmlType::Q8_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kLegacyPf>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q4_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kLegacyPf>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q4_K:
       return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K, kPf>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q5_K:
@@ -559,8 +551,9 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
                                int64_t ldx, ThreadPool* pool) {
   if (gemv_prefetch_l1_only())
-    return packed_gemv_of_type<kPrefetchL1NonTemporal>(targets, count, x, rows, ldx, pool);
-  packed_gemv_of_type<kPrefetchL1AndL2>(targets, count, x, rows, ldx, pool);
+    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal>(targets, count, x, rows, ldx,
+                                                                           pool);
+  packed_gemv_of_type<kPrefetchL1AndL2, kPrefetchL1AndL2>(targets, count, x, rows, ldx, pool);
 }
 
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,

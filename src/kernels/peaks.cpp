@@ -40,36 +40,40 @@ PeakLoops loops_for(Isa isa) {
 #if defined(__x86_64__)
     case Isa::Avx512:
       l.int8_instr = "vpdpbusd zmm";
-      l.read_instr = "512- or 256-bit loads";
+      l.read_instr = "512- or 256-bit loads, plain or with page-head prefetches";
       l.int8 = int8_loop_avx512;
       if (cpu_features().avx512bf16) l.bf16 = bf16_loop_avx512;
       l.fp32 = fp32_loop_avx512;
-      l.read = read_loop_avx512;
       // In a slow state of a Zen 5 VM 512-bit loads read 31-32 GB/s where 256-bit ones read 37-40 (page-
       // aligned buffers; equal in its fast state), and a bandwidth taken from the slower loop would
       // flatter every fraction divided by it.
-      l.read_narrow = read_loop_avx2;
+      l.reads[0] = read_loop_avx512;
+      l.reads[1] = read_loop_avx2;
+      l.reads[2] = read_loop_avx512_page_heads;
+      l.reads[3] = read_loop_avx2_page_heads;
       break;
     case Isa::AvxVnni:
       l.int8_instr = "vpdpbusd ymm";
-      l.read_instr = "256-bit loads";
+      l.read_instr = "256-bit loads, plain or with page-head prefetches";
       l.int8 = int8_loop_avxvnni;
       l.fp32 = fp32_loop_avx2;
-      l.read = read_loop_avx2;
+      l.reads[0] = read_loop_avx2;
+      l.reads[1] = read_loop_avx2_page_heads;
       break;
     case Isa::Avx2:
       l.int8_instr = "vpmaddubsw ymm";
-      l.read_instr = "256-bit loads";
+      l.read_instr = "256-bit loads, plain or with page-head prefetches";
       l.int8 = int8_loop_avx2;
       l.fp32 = fp32_loop_avx2;
-      l.read = read_loop_avx2;
+      l.reads[0] = read_loop_avx2;
+      l.reads[1] = read_loop_avx2_page_heads;
       break;
 #endif
     // The AArch64 sets have no peak loops yet: like Scalar, compute peaks 0 and 64-bit loads.
     default:
       l.int8_instr = "none";
       l.read_instr = "64-bit loads";
-      l.read = read_loop_scalar;
+      l.reads[0] = read_loop_scalar;
       break;
   }
   return l;
@@ -150,10 +154,12 @@ double read_bandwidth_of(ThreadPool* pool, ReadLoop loop, const std::vector<Byte
   return best;
 }
 
-// The set's read loops (see PeakLoops::read_narrow): the faster.
+// The set's read loops (see PeakLoops::reads): the fastest.
 double read_bandwidth(ThreadPool* pool, const PeakLoops& l, const std::vector<ByteSpan>& spans, int passes) {
-  const double wide = read_bandwidth_of(pool, l.read, spans, passes);
-  return l.read_narrow ? std::max(wide, read_bandwidth_of(pool, l.read_narrow, spans, passes)) : wide;
+  double best = 0;
+  for (ReadLoop loop : l.reads)
+    if (loop) best = std::max(best, read_bandwidth_of(pool, loop, spans, passes));
+  return best;
 }
 
 constexpr int64_t kIters = 4'000'000;  // ~10 ms per run of a compute loop

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/page_heads.h"
 #include "kernels/peaks_internal.h"
 
 namespace gem4 {
@@ -77,16 +78,24 @@ double fp32_loop_avx2(int64_t iters) {
   return double(iters) * 12 * 8;  // 8 MACs per vfmadd ymm
 }
 
-uint64_t read_loop_avx2(const uint8_t* p8, size_t bytes) {
+// kHeads: with page-head prefetches (kernels/page_heads.h).
+template <bool kHeads>
+uint64_t read_loop_avx2_with(const uint8_t* p8, size_t bytes) {
   const __m256i* p = reinterpret_cast<const __m256i*>(p8);
   __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
   for (size_t i = 0; i + 4 <= bytes / 32; i += 4) {
+    if constexpr (kHeads) prefetch_page_head(reinterpret_cast<const uint8_t*>(p + i), sizeof(p[0]) * 4);
     s0 = _mm256_add_epi64(s0, _mm256_loadu_si256(p + i));
     s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(p + i + 1));
     s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(p + i + 2));
     s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(p + i + 3));
   }
   return uint64_t(hsum_u64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3))));
+}
+
+uint64_t read_loop_avx2(const uint8_t* p8, size_t bytes) { return read_loop_avx2_with<false>(p8, bytes); }
+uint64_t read_loop_avx2_page_heads(const uint8_t* p8, size_t bytes) {
+  return read_loop_avx2_with<true>(p8, bytes);
 }
 
 }  // namespace gem4

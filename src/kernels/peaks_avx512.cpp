@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/page_heads.h"
 #include "kernels/peaks_internal.h"
 
 namespace gem4 {
@@ -75,16 +76,24 @@ double fp32_loop_avx512(int64_t iters) {
   return double(iters) * 12 * 16;  // 16 MACs per vfmadd zmm
 }
 
-uint64_t read_loop_avx512(const uint8_t* p8, size_t bytes) {
+// kHeads: with page-head prefetches (kernels/page_heads.h).
+template <bool kHeads>
+uint64_t read_loop_avx512_with(const uint8_t* p8, size_t bytes) {
   const __m512i* p = reinterpret_cast<const __m512i*>(p8);
   __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
   for (size_t i = 0; i + 4 <= bytes / 64; i += 4) {
+    if constexpr (kHeads) prefetch_page_head(reinterpret_cast<const uint8_t*>(p + i), sizeof(p[0]) * 4);
     s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(p + i));
     s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(p + i + 1));
     s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 2));
     s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 3));
   }
   return uint64_t(hsum_u64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3))));
+}
+
+uint64_t read_loop_avx512(const uint8_t* p8, size_t bytes) { return read_loop_avx512_with<false>(p8, bytes); }
+uint64_t read_loop_avx512_page_heads(const uint8_t* p8, size_t bytes) {
+  return read_loop_avx512_with<true>(p8, bytes);
 }
 
 }  // namespace gem4

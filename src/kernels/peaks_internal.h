@@ -18,8 +18,10 @@ struct PeakLoops {
   const char* int8_instr = nullptr;  // what the int8 loop issues and counts, for the bench's report
   const char* read_instr = nullptr;
   PeakLoop int8 = nullptr, bf16 = nullptr, fp32 = nullptr;  // nullptr: the set has no such instruction
-  ReadLoop read = nullptr;
-  ReadLoop read_narrow = nullptr;  // also timed where set: the read bandwidth is the faster loop's
+  // The set's read loops: the read bandwidth is the fastest one's. Each load width is timed plain and
+  // with page-head prefetches (kernels/page_heads.h), as the decode GEMVs of some types read: on a Zen
+  // 5 VM those read up to a fifth faster, so a bandwidth from the plain loops alone was too low.
+  ReadLoop reads[4] = {};
 };
 
 // Twelve independent accumulator chains c0..c11 of type T (more than any of the loops' instruction
@@ -47,11 +49,13 @@ struct PeakLoops {
 // peaks_avx512.cpp: vpdpbusd zmm (64 MACs), vdpbf16ps zmm (32, where the CPU has AVX512_BF16),
 // vfmadd zmm (16), 512-bit loads.
 uint64_t read_loop_avx512(const uint8_t* p, size_t bytes);
+uint64_t read_loop_avx512_page_heads(const uint8_t* p, size_t bytes);
 double int8_loop_avx512(int64_t iters);
 double bf16_loop_avx512(int64_t iters);
 double fp32_loop_avx512(int64_t iters);
 // peaks_avx2.cpp: vpmaddubsw ymm (32 MACs counted, see there), vfmadd ymm (8), 256-bit loads.
 uint64_t read_loop_avx2(const uint8_t* p, size_t bytes);
+uint64_t read_loop_avx2_page_heads(const uint8_t* p, size_t bytes);
 double int8_loop_avx2(int64_t iters);
 double fp32_loop_avx2(int64_t iters);
 // peaks_avxvnni.cpp: vpdpbusd ymm (32 MACs); the rest of the AvxVnni set is the Avx2 set's.
