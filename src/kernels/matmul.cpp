@@ -274,7 +274,7 @@ namespace matmul_detail {
 // 0.858; forced AVX2 E2B Q4_0 0.935, Q8_0 0.907; AVX-VNNI 0.922, 0.821. The K-quants keep prefetchnta:
 // with page heads E2B Q4_K_M (Q4_K, and Q6_K as its LM head) took 1.12-1.26x the time, the Q6_K LM
 // head streaming at 54 % of its plain read instead of 92 %.
-bool gemv_prefetch_l1_only() {
+bool gemv_prefetch_amd() {
   static const bool amd = cpu_features().amd;
   return amd;
 }

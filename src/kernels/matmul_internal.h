@@ -34,10 +34,10 @@ struct GemvPrefetch {
 };
 constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192, false}, kPrefetchL1NonTemporal{4096, 0, true},
     kPrefetchPageHeads{0, 0, false, true};
-// Which this CPU takes, decided once (see matmul.cpp for the measurements): false, kPrefetchL1AndL2 for
-// every type; true (AMD), kPrefetchPageHeads for Q8_0 and Q4_0 and kPrefetchL1NonTemporal for the
-// K-quants.
-bool gemv_prefetch_l1_only();
+// Whether this CPU takes AMD's prefetches, decided once (see matmul.cpp for the measurements): true,
+// kPrefetchPageHeads for Q8_0 and Q4_0 and kPrefetchL1NonTemporal for the K-quants; false (Intel),
+// kPrefetchL1AndL2 for every type.
+bool gemv_prefetch_amd();
 Int8Format int8_format(GgmlType t);
 
 // A 64-byte aligned per-thread buffer of at least `bytes`, kept between calls (it only grows). `slot`

@@ -550,7 +550,7 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
                                int64_t ldx, ThreadPool* pool) {
-  if (gemv_prefetch_l1_only())
+  if (gemv_prefetch_amd())
     return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal>(targets, count, x, rows, ldx,
                                                                            pool);
   packed_gemv_of_type<kPrefetchL1AndL2, kPrefetchL1AndL2>(targets, count, x, rows, ldx, pool);
