@@ -273,7 +273,17 @@ namespace matmul_detail {
 // -r 2` (Zen 5 VM, median of 128 pairs' time ratios): AVX-512 E2B Q4_0 0.891, Q8_0 0.851, E4B Q4_0
 // 0.858; forced AVX2 E2B Q4_0 0.935, Q8_0 0.907; AVX-VNNI 0.922, 0.821. The K-quants keep prefetchnta:
 // with page heads E2B Q4_K_M (Q4_K, and Q6_K as its LM head) took 1.12-1.26x the time, the Q6_K LM
-// head streaming at 54 % of its plain read instead of 92 %.
+// head streaming at 54 % of its plain read instead of 92 %. The AVX-512 set's Q6_K takes prefetchnta
+// 8 KiB ahead and prefetcht1 24 KiB ahead (kPrefetchL1NonTemporalFarL2): a packed 262144 x 1536 Q6_K
+// LM head, variants alternated in one process (60-100 rounds, median of its speed as a share of a plain
+// read of its bytes) 0.756 -> 0.834 with 16 KiB into L2, 0.690 -> 0.749 with 24 KiB; page heads 0.52-0.56,
+// 8 KiB into L2 0.633. In the model 16-32 KiB did alike and the L1 distance (4-12 KiB, prefetcht0 or
+// nta) mattered little. Tokens alternated in one `gem4 bench -p 0 -n 128 -r 2` (median of 128 pairs'
+// time ratios, new/old): E2B Q4_0 0.946, 0.944 and 0.954 while the VM ran slowly (19-23 t/s), 1.003,
+// 1.008, 1.014 and 0.985 while it ran fast (27-30 t/s); Q4_K_M 0.983 and 0.999, E4B Q4_0 1.014 and 0.992,
+// 26B-A4B Q4_0 1.009. The AVX2 and AVX-VNNI sets' Q6_K did not gain (E2B Q4_0 1.010, 1.008) and keep
+// prefetchnta 4 KiB ahead, as does Q4_K (Q4_K_M with its Q4_K given the far L2 prefetch too, 8 + 16
+// KiB: 1.045 of Q6_K's alone).
 bool gemv_prefetch_amd() {
   static const bool amd = cpu_features().amd;
   return amd;

@@ -508,8 +508,8 @@ struct PlanesGemv {
   }
 };
 
-// kLegacyPf for Q8_0 and Q4_0, kPf for the K-quants.
-template <GemvPrefetch kLegacyPf, GemvPrefetch kPf>
+// kLegacyPf for Q8_0 and Q4_0, kPf for Q4_K and Q5_K, kQ6Pf for Q6_K.
+template <GemvPrefetch kLegacyPf, GemvPrefetch kPf, GemvPrefetch kQ6Pf>
 void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                          ThreadPool* pool) {
   switch (targets[0].w.type) {
@@ -522,7 +522,7 @@ void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x,
     case GgmlType::Q5_K:
       return packed_gemv_run<PlanesGemv<PlanesQ5_K, kPf>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q6_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kQ6Pf>>(targets, count, x, rows, ldx, pool);
     default:
       throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") +
                              ggml_type_name(targets[0].w.type));
@@ -551,9 +551,10 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
                                int64_t ldx, ThreadPool* pool) {
   if (gemv_prefetch_amd())
-    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal>(targets, count, x, rows, ldx,
-                                                                           pool);
-  packed_gemv_of_type<kPrefetchL1AndL2, kPrefetchL1AndL2>(targets, count, x, rows, ldx, pool);
+    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchL1NonTemporalFarL2>(
+        targets, count, x, rows, ldx, pool);
+  packed_gemv_of_type<kPrefetchL1AndL2, kPrefetchL1AndL2, kPrefetchL1AndL2>(targets, count, x, rows, ldx,
+                                                                            pool);
 }
 
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
