@@ -282,8 +282,8 @@ namespace matmul_detail {
 // time ratios, new/old): E2B Q4_0 0.946, 0.944 and 0.954 while the VM ran slowly (19-23 t/s), 1.003,
 // 1.008, 1.014 and 0.985 while it ran fast (27-30 t/s); Q4_K_M 0.983 and 0.999, E4B Q4_0 1.014 and 0.992,
 // 26B-A4B Q4_0 1.009. The AVX2 and AVX-VNNI sets' Q6_K did not gain (E2B Q4_0 1.010, 1.008) and keep
-// prefetchnta 4 KiB ahead, as does Q4_K (Q4_K_M with its Q4_K given the far L2 prefetch too, 8 + 16
-// KiB: 1.045 of Q6_K's alone).
+// prefetchnta 4 KiB ahead, as does Q4_K (Q4_K_M with Q4_K and Q6_K both given prefetchnta 8 KiB +
+// prefetcht1 16 KiB: 1.045x the old time).
 bool gemv_prefetch_amd() {
   static const bool amd = cpu_features().amd;
   return amd;
