@@ -29,6 +29,10 @@ namespace {
 using namespace avx512;
 using namespace avx512_lanes;
 
+// Keeps v in a register from here on: GCC would otherwise fold its load into each later use, loading
+// the line again where that use is scheduled (see keep_load_order, gemv_prefetch_x86.h).
+inline void hold_in_register(__m512i& v) { asm("" : "+v"(v)); }
+
 // ------------------------------------------------------------------------------------------------
 // Packed layouts read into the GEMM's register panels.
 
@@ -146,17 +150,20 @@ inline void q6k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
   }
 }
 
-// Groups g and g + 4 of half h (what q6k_levels gives as lv[g], lv[g + 4]), read one group at a time.
-inline void q6k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+// Groups g and g + 4 of half h (what q6k_levels gives as lv[g], lv[g + 4]) from the block's nibble vector
+// v = line 2g + h and its two top-bit vectors t0, t1 (lines 8 + h and 10 + h).
+inline void q6k_group_levels(__m512i v, __m512i t0, __m512i t1, int g, __m512i* lo, __m512i* hi) {
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   const int up = 4 - 2 * g;  // bits 2g, 2g + 1 of a top-bit byte go to bits 4-5
   const auto place = [&](__m512i t) {
     return _mm512_and_si512(up >= 0 ? _mm512_slli_epi16(t, up) : _mm512_srli_epi16(t, -up), m30);
   };
-  const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
-  *lo = _mm512_ternarylogic_epi32(v, place(_mm512_load_si512(blk + 512 + h * 64)), m0f, 0xEC);
-  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), place(_mm512_load_si512(blk + 640 + h * 64)), m0f,
-                                  0xEC);
+  *lo = _mm512_ternarylogic_epi32(v, place(t0), m0f, 0xEC);
+  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), place(t1), m0f, 0xEC);
+}
+inline void q6k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+  q6k_group_levels(_mm512_load_si512(blk + g * 128 + h * 64), _mm512_load_si512(blk + 512 + h * 64),
+                   _mm512_load_si512(blk + 640 + h * 64), g, lo, hi);
 }
 
 // Q6_K's scales of half h of a packed block, d x sc as the GGUF decoder forms them (DecodeQ6_K::scales).
@@ -185,13 +192,17 @@ inline void q5k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
   }
 }
 
-// Groups g and g + 4 of half h (q5k_levels' lv[g], lv[g + 4]): bits g and g + 4 of the top-bit vector.
-inline void q5k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+// Groups g and g + 4 of half h (q5k_levels' lv[g], lv[g + 4]) from nibble vector v = line 2g + h and the
+// top-bit vector t = line 8 + h: bits g and g + 4 of it.
+inline void q5k_group_levels(__m512i v, __m512i t, int g, __m512i* lo, __m512i* hi) {
   const __m512i m0f = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
-  const __m512i top = _mm512_load_si512(blk + 512 + h * 64), v = _mm512_load_si512(blk + g * 128 + h * 64);
-  *lo = _mm512_ternarylogic_epi32(v, _mm512_and_si512(_mm512_slli_epi16(top, 4 - g), m10), m0f, 0xEC);
-  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_and_si512(_mm512_srli_epi16(top, g), m10),
+  *lo = _mm512_ternarylogic_epi32(v, _mm512_and_si512(_mm512_slli_epi16(t, 4 - g), m10), m0f, 0xEC);
+  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_and_si512(_mm512_srli_epi16(t, g), m10),
                                   m0f, 0xEC);
+}
+inline void q5k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
+  q5k_group_levels(_mm512_load_si512(blk + g * 128 + h * 64), _mm512_load_si512(blk + 512 + h * 64), g, lo,
+                   hi);
 }
 
 // Packed Q5_K and Q6_K, the formats whose levels need their top bits added (q5k_levels, q6k_levels):
@@ -205,6 +216,10 @@ struct PlanesQ5_K {
   static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q5k_levels(blk, h, lv); }
   static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
     q5k_group_levels(blk, g, h, lo, hi);
+  }
+  static constexpr int kLevelLines = 10;  // 8 nibble vectors, 2 top-bit vectors
+  static void group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
+    q5k_group_levels(line[2 * g + h], line[8 + h], g, lo, hi);
   }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* dw, __m512* min) {
     kquant_scales_mins(super, blk, 640, h, dw, min);
@@ -222,6 +237,10 @@ struct PlanesQ6_K {
   static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q6k_levels(blk, h, lv); }
   static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
     q6k_group_levels(blk, g, h, lo, hi);
+  }
+  static constexpr int kLevelLines = 12;  // 8 nibble vectors, 4 top-bit vectors
+  static void group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
+    q6k_group_levels(line[2 * g + h], line[8 + h], line[10 + h], g, lo, hi);
   }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
     q6k_scales(super, blk, h, lo, hi);
@@ -263,7 +282,6 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
   }
 }
 
-
 // ------------------------------------------------------------------------------------------------
 // Int8 family, few activation rows, packed weights (Q8_0, Q4_0, Q4_K; Q6_K below; packed_matrix.h). A
 // panel's block is read front to back with aligned loads: each 64-byte vector is 16 rows x 4 levels
@@ -271,6 +289,14 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
 // arithmetic is the tile's: per block the exact integer sum (split over two accumulators to shorten
 // the dependency chain; integer adds are exact), then f = fma(float(isum), d_w * d_x, f), and for Q4_K
 // f = fma(min_w, s_x, f).
+//
+// The scales are loaded after the levels (keep_load_order): GCC had hoisted the scale line, the block's
+// last, above six of its eight level lines. Measured on a Zen 5 VM (2 vCPU), tokens alternated between
+// the two orders inside one `gem4 bench -p 0 -n 128 -r 2` (median of 128 pairs' time ratios, both
+// orders of each pair): E2B Q4_0 0.962 and 1 / 1.036 of the time, Q8_0 0.947, E4B Q4_0 0.962, 26B-A4B
+// Q4_0 0.967 and 1 / 1.042; Q4_K (E2B Q4_K_M) 1.007, no change. Alone, against a plain read of the same
+// bytes alternated with it (/tmp harness, 40 rounds): a 65536 x 4096 Q4_0 product 0.834 -> 0.919 of the
+// read, 65536 x 2048 Q8_0 0.891 -> 0.946.
 
 // The activation rows quantized per 32-element block, as the kernels below read them.
 struct PackedActivations {
@@ -333,6 +359,7 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
         }
       }
     }
+    keep_load_order();
     __m512 dw[2], mins[2];
     Fmt::scales(panel, b, pb, dw, mins);
     const __m512 dw0 = dw[0], dw1 = dw[1], m0 = mins[0], m1 = mins[1];
@@ -370,7 +397,12 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 // each order forced for a whole `gem4 bench -p 0 -n 32 -r 3 --products` run, twice each: 46.8-48.5 ->
 // 52.1-52.8 GB/s of weights, its Q6_K LM head 45.3-46.9 -> 56.2-57.9 GB/s; tokens alternated between the
 // orders in one run (median of 64 pairs): E2B Q4_K_M 0.93-0.95 of the time, E2B Q4_0 (its LM head is
-// Q6_K) 0.95-0.96, E4B Q4_0 0.96.
+// Q6_K) 0.95-0.96, E4B Q4_0 0.96. Loading the top-bit lines per group still read lines 8-11 before 1-7;
+// with one row all twelve lines are now loaded first, in order: tokens alternated as above (both orders
+// of each pair), E2B Q4_0 0.966 and 1 / 1.017 of the time, Q4_K_M 0.987 and 1 / 1.020, 26B-A4B 0.988 and
+// 1 / 1.022; the E2B LM head alone against its plain read (/tmp harness) 0.80 -> 0.83 and 0.771 -> 0.774.
+// With these loads the page-head prefetch (Q4_0's) and prefetchnta 8 KiB alone were measured again
+// against the far L2 prefetch and were not better in both tests.
 template <class K, int R, GemvPrefetch kPf>
 void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
                               int64_t ldy, int valid) {
@@ -388,12 +420,29 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
       lo[0][r] = lo[1][r] = _mm512_set1_epi32(act.init[r * nb + b]);
       hi[0][r] = hi[1][r] = _mm512_set1_epi32(act.init_hi[r * nb + b]);
     }
+    // One row: the block's nibble and top-bit lines loaded first, in address order, and held in
+    // registers. Loaded per group, the top-bit lines (8-11) came before lines 1-7 (see above); more
+    // rows leave too few registers to hold them.
+    constexpr bool kLinesFirst = R == 1;
+    __m512i line[K::kLevelLines];
+    if constexpr (kLinesFirst) {
+#pragma GCC unroll 12
+      for (int i = 0; i < K::kLevelLines; ++i) {
+        line[i] = _mm512_load_si512(blk + 64 * i);
+        hold_in_register(line[i]);
+      }
+      keep_load_order();  // the scale line (12) after them
+    }
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m512i l, u;
-        K::group_levels(blk, g, h, &l, &u);
+        if constexpr (kLinesFirst) {
+          K::group_levels(line, g, h, &l, &u);
+        } else {
+          K::group_levels(blk, g, h, &l, &u);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
