@@ -401,8 +401,9 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 // with one row all twelve lines are now loaded first, in order: tokens alternated as above (both orders
 // of each pair), E2B Q4_0 0.966 and 1 / 1.017 of the time, Q4_K_M 0.987 and 1 / 1.020, 26B-A4B 0.988 and
 // 1 / 1.022; the E2B LM head alone against its plain read (/tmp harness) 0.80 -> 0.83 and 0.771 -> 0.774.
-// With these loads the page-head prefetch (Q4_0's) and prefetchnta 8 KiB alone were measured again
-// against the far L2 prefetch and were not better in both tests.
+// With these loads, other prefetches against the far L2 one: page heads (Q4_0's) 0.965 of the time in the
+// model but 0.793 vs 0.827 and 0.749 vs 0.774 alone; prefetchnta 8 KiB without the L2 prefetch 0.989,
+// 0.838 vs 0.827, 0.791 vs 0.774: within the noise, not taken.
 template <class K, int R, GemvPrefetch kPf>
 void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
                               int64_t ldy, int valid) {
