@@ -294,7 +294,7 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
 // last, above six of its eight level lines. Measured on a Zen 5 VM (2 vCPU), tokens alternated between
 // the two orders inside one `gem4 bench -p 0 -n 128 -r 2` (median of 128 pairs' time ratios, both
 // orders of each pair): E2B Q4_0 0.962 and 1 / 1.036 of the time, Q8_0 0.947, E4B Q4_0 0.962, 26B-A4B
-// Q4_0 0.967 and 1 / 1.042; Q4_K (E2B Q4_K_M) 1.007, no change. Alone, against a plain read of the same
+// Q4_0 0.967 and 1 / 1.042; Q4_K (E2B Q4_K_M) 1 / 1.007, no change. Alone, against a plain read of the same
 // bytes alternated with it (/tmp harness, 40 rounds): a 65536 x 4096 Q4_0 product 0.834 -> 0.919 of the
 // read, 65536 x 2048 Q8_0 0.891 -> 0.946.
 
