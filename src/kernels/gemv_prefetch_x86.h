@@ -27,9 +27,10 @@ inline void gemv_prefetch(const uint8_t* p, size_t bytes) {
 
 // A compiler barrier that keeps the loads written after it (a block's scales) after those written
 // before it (the block's levels). A packed block keeps its scales in its last line; without the barrier
-// GCC hoists that load above most of the levels, and a block read out of address order streams from
-// memory more slowly (the hardware prefetchers follow the order of the demand misses). The CPU still
-// reorders; the barrier only fixes the order the loads are issued in. Measured where it is used.
+// GCC hoisted that load above half of the levels, and a block read out of address order streams from
+// memory more slowly (the hardware prefetchers follow the order of the demand misses). The barrier fixes
+// the order of the loads in the machine code, which the CPU issues them in when their addresses are
+// ready, as here. Measured where it is used.
 inline void keep_load_order() { asm volatile("" ::: "memory"); }
 
 }  // namespace gem4::matmul_detail

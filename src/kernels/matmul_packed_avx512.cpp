@@ -291,7 +291,7 @@ void panel_from_packed_planes(const MatrixView& w, int64_t p, int64_t nb, uint8_
 // f = fma(min_w, s_x, f).
 //
 // The scales are loaded after the levels (keep_load_order): GCC had hoisted the scale line, the block's
-// last, above six of its eight level lines. Measured on a Zen 5 VM (2 vCPU), tokens alternated between
+// last, above four of its eight level lines. Measured on a Zen 5 VM (2 vCPU), tokens alternated between
 // the two orders inside one `gem4 bench -p 0 -n 128 -r 2` (median of 128 pairs' time ratios, both
 // orders of each pair): E2B Q4_0 0.962 and 1 / 1.036 of the time, Q8_0 0.947, E4B Q4_0 0.962, 26B-A4B
 // Q4_0 0.967 and 1 / 1.042; Q4_K (E2B Q4_K_M) 1 / 1.007, no change. Alone, against a plain read of the same
