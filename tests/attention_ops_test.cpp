@@ -2,8 +2,9 @@
 // runs and for F32, F16, BF16 and Q8_0 value rows, over random and edge shapes (widths not a multiple
 // of 8, 16 or 32, no key, one key, one row, more rows than a tile of either vector set); F16/BF16/Q8_0
 // rows give the bits of their f32 conversions; infinities and NaN in the value rows propagate as in
-// the reference. The score side with Q8_0 keys (a matrix product over cache rows, the query quantized
-// to Q8_0) against a double-precision statement of llama.cpp's q8_0 x q8_0 dot product.
+// the reference; a key range split into calls that continue the sums gives the bits of one call. The score
+// side with Q8_0 keys (a matrix product over cache rows, the query quantized to Q8_0) against a
+// double-precision statement of llama.cpp's q8_0 x q8_0 dot product.
 #include "kernels/attention_ops.h"
 
 #include <gtest/gtest.h>
@@ -72,6 +73,17 @@ TEST(AttentionOps, WeightedValueSumMatchesReferenceExactly) {
             ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                 << ggml_type_name(type) << " width=" << width << " rows=" << n_rows << " nk=" << nk
                 << " isa=" << isa_name(active_isa());
+            // The keys split into consecutive calls, each continuing the sums (accumulate): the bits of
+            // one call, wherever the splits fall (none before the first key, or none after the last).
+            for (int64_t cut : {int64_t{0}, nk / 3, nk}) {
+              std::fill(got.begin(), got.end(), 9.0f);
+              weighted_value_sum(p.data(), ldp, n_rows, type, v.data(), v_col, cut, width, got.data(), ldo);
+              weighted_value_sum(p.data() + cut, ldp, n_rows, type, v.data() + cut, v_col, nk - cut, width,
+                                 got.data(), ldo, true);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                  << ggml_type_name(type) << " width=" << width << " rows=" << n_rows << " nk=" << nk
+                  << " split at " << cut << " isa=" << isa_name(active_isa());
+            }
           }
         }
       }
@@ -191,6 +203,16 @@ TEST(AttentionOps, WeightedValueSumQ8_0MatchesReferenceExactly) {
             ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                 << "q8_0 v_col=" << v_col << " width=" << width << " rows=" << n_rows << " nk=" << nk
                 << " isa=" << isa_name(active_isa());
+            for (int64_t cut : {int64_t{0}, nk / 3, nk}) {  // split and continued (accumulate)
+              std::fill(got.begin(), got.end(), 9.0f);
+              weighted_value_sum(p.data(), ldp, n_rows, GgmlType::Q8_0, v.data(), v_col, cut, width,
+                                 got.data(), ldo);
+              weighted_value_sum(p.data() + cut, ldp, n_rows, GgmlType::Q8_0, v.data() + cut, v_col, nk - cut,
+                                 width, got.data(), ldo, true);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                  << "q8_0 v_col=" << v_col << " width=" << width << " rows=" << n_rows << " nk=" << nk
+                  << " split at " << cut << " isa=" << isa_name(active_isa());
+            }
           }
         }
       }

@@ -11,14 +11,14 @@
 namespace gem4 {
 
 void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                               int64_t v_col, int64_t nk, int width, float* out,
-                               int64_t ldo);  // attention_ops_avx512.cpp
+                               int64_t v_col, int64_t nk, int width, float* out, int64_t ldo,
+                               bool accumulate);  // attention_ops_avx512.cpp
 void weighted_value_sum_avx2(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                             int64_t v_col, int64_t nk, int width, float* out,
-                             int64_t ldo);  // attention_ops_avx2.cpp (Avx2 and AvxVnni)
+                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo,
+                             bool accumulate);  // attention_ops_avx2.cpp (Avx2 and AvxVnni)
 void weighted_value_sum_neon(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                             int64_t v_col, int64_t nk, int width, float* out,
-                             int64_t ldo);  // attention_ops_neon.cpp (every AArch64 set)
+                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo,
+                             bool accumulate);  // attention_ops_neon.cpp (every AArch64 set)
 
 namespace {
 
@@ -51,11 +51,12 @@ void check_type(GgmlType type, int64_t v_col) {
 
 void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlType type,
                                   const void* const* v, int64_t v_col, int64_t nk, int width, float* out,
-                                  int64_t ldo) {
+                                  int64_t ldo, bool accumulate) {
   check_type(type, v_col);
   for (int h = 0; h < n_rows; ++h) {
     float* o = out + h * ldo;
-    for (int d = 0; d < width; ++d) o[d] = 0.0f;
+    if (!accumulate)
+      for (int d = 0; d < width; ++d) o[d] = 0.0f;
     for (int64_t j = 0; j < nk; ++j) {
       const float w = p[h * ldp + j];
       for (int d = 0; d < width; ++d) o[d] = std::fma(w, element(type, v[j], v_col + d), o[d]);
@@ -64,25 +65,25 @@ void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlT
 }
 
 void weighted_value_sum(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                        int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+                        int64_t v_col, int64_t nk, int width, float* out, int64_t ldo, bool accumulate) {
   check_type(type, v_col);
   switch (active_isa()) {
 #if defined(__x86_64__)
     case Isa::Avx512:
-      return weighted_value_sum_avx512(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+      return weighted_value_sum_avx512(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo, accumulate);
     case Isa::Avx2:
     case Isa::AvxVnni:
-      return weighted_value_sum_avx2(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+      return weighted_value_sum_avx2(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo, accumulate);
 #elif defined(__aarch64__)
     case Isa::Neon:
     case Isa::NeonDotprod:
     case Isa::NeonI8mm:
-      return weighted_value_sum_neon(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+      return weighted_value_sum_neon(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo, accumulate);
 #endif
     default:
       break;
   }
-  weighted_value_sum_reference(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo);
+  weighted_value_sum_reference(p, ldp, n_rows, type, v, v_col, nk, width, out, ldo, accumulate);
 }
 
 }  // namespace gem4

@@ -14,13 +14,17 @@ namespace gem4 {
 // one fused multiply-add onto the running sum (starting from +0). Every output depends only on its own
 // row of p, so results do not depend on n_rows; and every type gives the same bits as converting the
 // rows to f32 first. Q8_0 rows need v_col to be a multiple of 32 (a head starts at a block).
+// With `accumulate` the running sums start from out's values instead of +0: a key range split into
+// consecutive calls, each continuing the previous one's sums, gives the bits of one call over the
+// whole range (so a prompt's rows can share the value rows of a run of keys while they are in cache).
 void weighted_value_sum(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                        int64_t v_col, int64_t nk, int width, float* out, int64_t ldo);
+                        int64_t v_col, int64_t nk, int width, float* out, int64_t ldo,
+                        bool accumulate = false);
 
 // Plain scalar reference with the same operations (std::fma per term), which the fast path matches
 // bit for bit. Throws std::logic_error for another type or a Q8_0 v_col off a block start.
 void weighted_value_sum_reference(const float* p, int64_t ldp, int n_rows, GgmlType type,
                                   const void* const* v, int64_t v_col, int64_t nk, int width, float* out,
-                                  int64_t ldo);
+                                  int64_t ldo, bool accumulate = false);
 
 }  // namespace gem4

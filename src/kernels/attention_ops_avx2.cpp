@@ -72,11 +72,12 @@ constexpr int64_t kValueAhead = 8;
 // H rows x 8 * NV columns starting at column d0: per output, one FMA per key in order of j from +0.
 template <class L, int H, int NV>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
-                float* out, int64_t ldo) {
+                float* out, int64_t ldo, bool accumulate) {
   __m256 acc[H][NV];
 #pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
-    for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NV; ++c)
+      acc[h][c] = accumulate ? _mm256_loadu_ps(out + h * ldo + d0 + 8 * c) : _mm256_setzero_ps();
   for (int64_t j = 0; j < nk; ++j) {
     if (j + kValueAhead < nk) {  // see attention_ops_avx512.cpp
       _mm_prefetch(L::ptr(v[j + kValueAhead], v_col + d0), _MM_HINT_T0);
@@ -99,37 +100,38 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
 
 template <class L, int NV>
 void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk,
-                    int d0, float* out, int64_t ldo) {
+                    int d0, float* out, int64_t ldo, bool accumulate) {
   switch (hn) {
     case 4:
-      return value_tile<L, 4, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 4, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
     case 3:
-      return value_tile<L, 3, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 3, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
     case 2:
-      return value_tile<L, 2, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 2, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
     default:
-      return value_tile<L, 1, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 1, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
   }
 }
 
 template <class L>
 void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
-               int width, float* out, int64_t ldo) {
+               int width, float* out, int64_t ldo, bool accumulate) {
   for (int h0 = 0; h0 < n_rows; h0 += 4) {
     const int hn = std::min(4, n_rows - h0);
     const float* ph = p + h0 * ldp;
     float* oh = out + h0 * ldo;
     int d0 = 0;
-    for (; d0 + 16 <= width; d0 += 16) value_tile_any<L, 2>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo);
+    for (; d0 + 16 <= width; d0 += 16)
+      value_tile_any<L, 2>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo, accumulate);
     if (d0 + 8 <= width) {
-      value_tile_any<L, 1>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo);
+      value_tile_any<L, 1>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo, accumulate);
       d0 += 8;
     }
     // The last < 8 columns (head widths are multiples of 16, so only odd test shapes get here): the
     // same FMAs one element at a time.
     for (int h = 0; h < hn; ++h) {
       for (int d = d0; d < width; ++d) {
-        float o = 0.0f;
+        float o = accumulate ? oh[h * ldo + d] : 0.0f;
         for (int64_t j = 0; j < nk; ++j) o = std::fma(ph[h * ldp + j], L::one(v[j], v_col + d), o);
         oh[h * ldo + d] = o;
       }
@@ -140,16 +142,16 @@ void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, in
 }  // namespace
 
 void weighted_value_sum_avx2(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo, bool accumulate) {
   switch (type) {
     case GgmlType::F16:
-      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     case GgmlType::BF16:
-      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     case GgmlType::Q8_0:
-      return value_sum<LoadQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     default:
-      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
   }
 }
 

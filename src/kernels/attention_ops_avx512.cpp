@@ -47,12 +47,15 @@ constexpr int64_t kValueAhead = 8;
 
 template <class L, int H>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0, int n,
-                float* out, int64_t ldo) {
+                float* out, int64_t ldo, bool accumulate) {
   const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
   __m512 a0[H], a1[H];
 #pragma GCC unroll 8
-  for (int h = 0; h < H; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
+  for (int h = 0; h < H; ++h) {
+    a0[h] = accumulate ? _mm512_maskz_loadu_ps(m0, out + h * ldo + d0) : _mm512_setzero_ps();
+    a1[h] = accumulate ? _mm512_maskz_loadu_ps(m1, out + h * ldo + d0 + 16) : _mm512_setzero_ps();
+  }
   for (int64_t j = 0; j < nk; ++j) {
     // The value rows lie a whole cache row apart (all KV heads), too far for the hardware prefetchers
     // to follow; decode reads them from memory, not cache. Fetching the key kValueAhead on (both lines
@@ -81,25 +84,25 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
 // value_tile<L, hn> for 1 <= hn <= H.
 template <class L, int H = 8>
 void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk,
-                    int d0, int n, float* out, int64_t ldo) {
+                    int d0, int n, float* out, int64_t ldo, bool accumulate) {
   if constexpr (H == 1) {
-    value_tile<L, 1>(p, ldp, v, v_col, nk, d0, n, out, ldo);
+    value_tile<L, 1>(p, ldp, v, v_col, nk, d0, n, out, ldo, accumulate);
   } else {
-    if (hn == H) return value_tile<L, H>(p, ldp, v, v_col, nk, d0, n, out, ldo);
-    value_tile_any<L, H - 1>(hn, p, ldp, v, v_col, nk, d0, n, out, ldo);
+    if (hn == H) return value_tile<L, H>(p, ldp, v, v_col, nk, d0, n, out, ldo, accumulate);
+    value_tile_any<L, H - 1>(hn, p, ldp, v, v_col, nk, d0, n, out, ldo, accumulate);
   }
 }
 
 template <class L>
 void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
-               int width, float* out, int64_t ldo) {
+               int width, float* out, int64_t ldo, bool accumulate) {
   for (int h0 = 0; h0 < n_rows; h0 += 8) {
     const int hn = std::min(8, n_rows - h0);
     const float* ph = p + h0 * ldp;
     float* oh = out + h0 * ldo;
     for (int d0 = 0; d0 < width; d0 += 32) {
       const int n = std::min(32, width - d0);
-      value_tile_any<L>(hn, ph, ldp, v, v_col, nk, d0, n, oh, ldo);
+      value_tile_any<L>(hn, ph, ldp, v, v_col, nk, d0, n, oh, ldo, accumulate);
     }
   }
 }
@@ -107,16 +110,17 @@ void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, in
 }  // namespace
 
 void weighted_value_sum_avx512(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                               int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+                               int64_t v_col, int64_t nk, int width, float* out, int64_t ldo,
+                               bool accumulate) {
   switch (type) {
     case GgmlType::F16:
-      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     case GgmlType::BF16:
-      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     case GgmlType::Q8_0:
-      return value_sum<ColumnsQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<ColumnsQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     default:
-      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
   }
 }
 

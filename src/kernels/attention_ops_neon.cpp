@@ -58,14 +58,15 @@ struct LoadQ8_0 {
 // H rows x 4 * NV columns starting at column d0.
 template <class L, int H, int NV>
 void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk, int d0,
-                float* out, int64_t ldo) {
+                float* out, int64_t ldo, bool accumulate) {
   // Every loop over acc unrolled: rolled, GCC keeps acc in memory and loads and stores it on every key
   // (as it did on x86, see attention_ops_avx512.cpp).
   float32x4_t acc[H][NV];
 #pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
 #pragma GCC unroll 4
-    for (int c = 0; c < NV; ++c) acc[h][c] = vdupq_n_f32(0.0f);
+    for (int c = 0; c < NV; ++c)
+      acc[h][c] = accumulate ? vld1q_f32(out + h * ldo + d0 + 4 * c) : vdupq_n_f32(0.0f);
   for (int64_t j = 0; j < nk; ++j) {
     float32x4_t vv[NV];
 #pragma GCC unroll 4
@@ -85,33 +86,34 @@ void value_tile(const float* p, int64_t ldp, const void* const* v, int64_t v_col
 
 template <class L, int NV>
 void value_tile_any(int hn, const float* p, int64_t ldp, const void* const* v, int64_t v_col, int64_t nk,
-                    int d0, float* out, int64_t ldo) {
+                    int d0, float* out, int64_t ldo, bool accumulate) {
   switch (hn) {
     case 4:
-      return value_tile<L, 4, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 4, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
     case 3:
-      return value_tile<L, 3, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 3, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
     case 2:
-      return value_tile<L, 2, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 2, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
     default:
-      return value_tile<L, 1, NV>(p, ldp, v, v_col, nk, d0, out, ldo);
+      return value_tile<L, 1, NV>(p, ldp, v, v_col, nk, d0, out, ldo, accumulate);
   }
 }
 
 template <class L>
 void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, int64_t v_col, int64_t nk,
-               int width, float* out, int64_t ldo) {
+               int width, float* out, int64_t ldo, bool accumulate) {
   for (int h0 = 0; h0 < n_rows; h0 += 4) {
     const int hn = std::min(4, n_rows - h0);
     const float* ph = p + h0 * ldp;
     float* oh = out + h0 * ldo;
     int d0 = 0;
-    for (; d0 + 16 <= width; d0 += 16) value_tile_any<L, 4>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo);
-    for (; d0 + 4 <= width; d0 += 4) value_tile_any<L, 1>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo);
+    for (; d0 + 16 <= width; d0 += 16)
+      value_tile_any<L, 4>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo, accumulate);
+    for (; d0 + 4 <= width; d0 += 4) value_tile_any<L, 1>(hn, ph, ldp, v, v_col, nk, d0, oh, ldo, accumulate);
     // The last < 4 columns (head widths are multiples of 16; odd test shapes only): the same FMAs.
     for (int h = 0; h < hn; ++h) {
       for (int d = d0; d < width; ++d) {
-        float o = 0.0f;
+        float o = accumulate ? oh[h * ldo + d] : 0.0f;
         for (int64_t j = 0; j < nk; ++j) o = std::fma(ph[h * ldp + j], L::one(v[j], v_col + d), o);
         oh[h * ldo + d] = o;
       }
@@ -122,16 +124,16 @@ void value_sum(const float* p, int64_t ldp, int n_rows, const void* const* v, in
 }  // namespace
 
 void weighted_value_sum_neon(const float* p, int64_t ldp, int n_rows, GgmlType type, const void* const* v,
-                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo) {
+                             int64_t v_col, int64_t nk, int width, float* out, int64_t ldo, bool accumulate) {
   switch (type) {
     case GgmlType::F16:
-      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     case GgmlType::BF16:
-      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadBF16>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     case GgmlType::Q8_0:
-      return value_sum<LoadQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadQ8_0>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
     default:
-      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo);
+      return value_sum<LoadF32>(p, ldp, n_rows, v, v_col, nk, width, out, ldo, accumulate);
   }
 }
 

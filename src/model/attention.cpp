@@ -134,40 +134,41 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
   // bits (the kernels convert exactly). Q8_0 rows are always read as they are: the scores are int8
   // products with the query quantized to Q8_0 (as llama.cpp computes them), which f32 keys would not
   // reproduce, and the value kernels widen the blocks in registers.
+  // BF16 keys stay BF16 where the matrix products of BF16 take the bf16 dot product (bf16_dot_active:
+  // the query rounded to bf16, as llama.cpp does), which f32 keys would not reproduce: converted, a
+  // prompt's scores differed from the same rows' scores in decode.
   const bool convert = (kv.type() == KvType::F16 || kv.type() == KvType::BF16) && n > 4;
-  const GgmlType type = convert ? GgmlType::F32 : element_type(kv.type());
-  const size_t row_bytes = ggml_row_bytes(type, width);
+  const bool convert_keys = convert && !(kv.type() == KvType::BF16 && bf16_dot_active());
+  const GgmlType stored = element_type(kv.type());
+  const GgmlType key_type = convert_keys ? GgmlType::F32 : stored,
+                 value_type = convert ? GgmlType::F32 : stored;
+  const size_t key_row_bytes = ggml_row_bytes(key_type, width);
+  const bool bf16 = kv.type() == KvType::BF16;
+  auto to_f32 = [&](const void* row, float* dst) {
+    const auto* r = static_cast<const uint16_t*>(row);
+    bf16 ? convert_bf16_to_f32(r, dst, width) : convert_f16_to_f32(r, dst, width);
+  };
   for (int sq = 0; sq < kv.n_seq(); ++sq) {
     SeqKeys& sk = keys[sq];
     if (sk.last < sk.first) continue;
     const int nk = sk.last - sk.first + 1;
     sk.k.resize(nk), sk.v.resize(nk);
-    if (!convert) {
-      for (int j = 0; j < nk; ++j) {
-        const int cell = kv.cell_of(slot, sk.first + j);
-        sk.k[j] = kv.k_row(slot, sq, cell);
-        sk.v[j] = kv.v_row(slot, sq, cell);
-      }
-      continue;
+    for (int j = 0; j < nk; ++j) {
+      const int cell = kv.cell_of(slot, sk.first + j);
+      sk.k[j] = kv.k_row(slot, sq, cell);
+      sk.v[j] = kv.v_row(slot, sq, cell);
     }
-    sk.k_buf.resize(size_t(nk) * width), sk.v_buf.resize(size_t(nk) * width);
-    const bool bf16 = kv.type() == KvType::BF16;
+    if (!convert) continue;
+    if (convert_keys) sk.k_buf.resize(size_t(nk) * width);
+    sk.v_buf.resize(size_t(nk) * width);
     parallel_for(pool, nk, 16, [&](int64_t b, int64_t e, int) {
       for (int64_t j = b; j < e; ++j) {
-        const int cell = kv.cell_of(slot, sk.first + int(j));
-        const auto* kr = static_cast<const uint16_t*>(kv.k_row(slot, sq, cell));
-        const auto* vr = static_cast<const uint16_t*>(kv.v_row(slot, sq, cell));
-        float* kd = sk.k_buf.data() + j * width;
-        float* vd = sk.v_buf.data() + j * width;
-        if (bf16) {
-          convert_bf16_to_f32(kr, kd, width), convert_bf16_to_f32(vr, vd, width);
-        } else {
-          convert_f16_to_f32(kr, kd, width), convert_f16_to_f32(vr, vd, width);
-        }
+        if (convert_keys) to_f32(sk.k[j], sk.k_buf.data() + j * width);
+        to_f32(sk.v[j], sk.v_buf.data() + j * width);
       }
     });
     for (int j = 0; j < nk; ++j) {
-      sk.k[j] = sk.k_buf.data() + size_t(j) * width;
+      if (convert_keys) sk.k[j] = sk.k_buf.data() + size_t(j) * width;
       sk.v[j] = sk.v_buf.data() + size_t(j) * width;
     }
   }
@@ -179,6 +180,9 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
   // weighted sum of values then run over each row's own range, so a row's result does not depend on
   // which rows share its block.
   constexpr int kRowBlock = 8;
+  // Keys per run of the value sums (below): with F32 value rows of 512 columns 256 KiB, which stays in
+  // a core's L2 while the block's rows take their share.
+  constexpr int kValueKeys = 128;
   std::vector<std::pair<int, int>> blocks;
   for (int r = 0; r < n;) {
     int e = r + 1;
@@ -225,13 +229,13 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
         const int base = ulo + j0 - sk.first;
         int len = 1;
         const auto* first_key = static_cast<const uint8_t*>(sk.k[base]);
-        while (j0 + len < nk && sk.k[base + len] == first_key + size_t(len) * row_bytes) ++len;
+        while (j0 + len < nk && sk.k[base + len] == first_key + size_t(len) * key_row_bytes) ++len;
         MatrixView keys_view;
-        keys_view.type = type;
-        keys_view.data = first_key + ggml_row_bytes(type, int64_t(g) * hd);
+        keys_view.type = key_type;
+        keys_view.data = first_key + ggml_row_bytes(key_type, int64_t(g) * hd);
         keys_view.in = hd;
         keys_view.out = len;
-        keys_view.row_bytes = row_bytes;
+        keys_view.row_bytes = key_row_bytes;
         matmul(keys_view, qbuf.data(), q_rows, hd, scores.data() + j0, nk, inner);
         j0 += len;
       }
@@ -252,11 +256,39 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
           }
           softmax(sh, nk_r);
         }
-        float* o = out + int64_t(r) * qw + int64_t(g) * group * hd;
+      }
+      // The weighted sums of the values. One row (decode): over its range, its columns split among the
+      // threads. Several rows: run by run of kValueKeys keys, every row of the block taking its part of
+      // the run before the next run starts, so a run's value rows are read from memory once per block
+      // and then from cache, not once per row (a row of a long prompt reads every value row of its
+      // range: at 16K positions 32 MiB per row and full layer). Each row's sums continue from run to
+      // run in order of keys (accumulate), so the bits are those of one call over its range.
+      auto row_output = [&](int r) { return out + int64_t(r) * qw + int64_t(g) * group * hd; };
+      auto row_scores = [&](int r, int lo) {
+        return scores.data() + size_t(r - rb) * group * nk + (lo - ulo);
+      };
+      if (re - rb == 1) {
+        int lo, hi, vis_lo;
+        range(rb, lo, hi, vis_lo);
+        float* o = row_output(rb);
+        const float* sr = row_scores(rb, lo);
         const void* const* vr = &sk.v[lo - sk.first];
         parallel_for(inner, hd, 64, [&](int64_t d0, int64_t d1, int) {
-          weighted_value_sum(sr, nk, group, type, vr, int64_t(g) * hd + d0, nk_r, int(d1 - d0), o + d0, hd);
+          weighted_value_sum(sr, nk, group, value_type, vr, int64_t(g) * hd + d0, hi - lo + 1, int(d1 - d0),
+                             o + d0, hd);
         });
+      } else {
+        for (int k0 = ulo; k0 <= uhi; k0 += kValueKeys) {  // the run of keys [k0, k1)
+          const int k1 = std::min(uhi + 1, k0 + kValueKeys);
+          for (int r = rb; r < re; ++r) {
+            int lo, hi, vis_lo;
+            range(r, lo, hi, vis_lo);
+            const int a = std::max(lo, k0), b = std::min(hi + 1, k1);
+            if (a >= b) continue;  // every row has a key (itself), so its first run starts the sums
+            weighted_value_sum(row_scores(r, lo) + (a - lo), nk, group, value_type, &sk.v[a - sk.first],
+                               int64_t(g) * hd, b - a, hd, row_output(r), hd, a > lo);
+          }
+        }
       }
     }
     scored += local_scored;
