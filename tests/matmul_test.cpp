@@ -541,7 +541,7 @@ void check_batch_invariance(GgmlType t, const std::vector<Isa>& isas, ThreadPool
       matmul(w.view(), x.data(), kRows, ldx, whole.data(), kOut, nullptr);
       for (const MatrixView& v : w.views(isa)) {
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool}) {
-          for (int64_t chunk : {kRows, int64_t{1}, int64_t{3}, int64_t{5}, int64_t{7}}) {
+          for (int64_t chunk : {kRows, int64_t{1}, int64_t{3}, int64_t{5}, int64_t{7}, int64_t{8}}) {
             std::vector<float> y(kRows * kOut, kSentinel);
             for (int64_t r0 = 0; r0 < kRows; r0 += chunk) {
               const int64_t n = std::min(chunk, kRows - r0);
@@ -613,7 +613,7 @@ TEST(Matmul, EverySimdSetGivesTheSameF32FamilyBits) {
     for (int64_t in : {1, 7, 8, 9, 64, 200}) {
       for (int64_t out : {1, 7, 16, 33, 70}) {
         const Weights w = make_weights(t, out, in, uint32_t(in * 3 + out));
-        for (int64_t rows : {1, 2, 4, 5, 6, 7, 13}) {
+        for (int64_t rows : {1, 2, 4, 5, 6, 7, 8, 13}) {
           const int64_t ldx = in + 3;
           auto x = make_activations(rows, in, ldx, uint32_t(rows * 5 + in));
           std::vector<float> want(rows * out);
