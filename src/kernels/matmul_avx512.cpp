@@ -836,6 +836,16 @@ void f32_stream_group(const MatrixView& w, int64_t o0, int count, const float* x
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy + o0, k, c[r]);
 }
 
+// f32_stream_group<L, rows> (1 <= rows <= kF32StreamMaxRows).
+template <class L, int R = 1>
+void f32_stream_rows(int64_t rows, const MatrixView& w, int64_t o0, int count, const float* x, int64_t ldx,
+                     float* y, int64_t ldy) {
+  if constexpr (R < kF32StreamMaxRows) {
+    if (rows > R) return f32_stream_rows<L, R + 1>(rows, w, o0, count, x, ldx, y, ldy);
+  }
+  f32_stream_group<L, R>(w, o0, count, x, ldx, y, ldy);
+}
+
 template <class L>
 void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                 ThreadPool* pool) {
@@ -843,32 +853,7 @@ void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, 
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = 16 * g;
       const int count = static_cast<int>(std::min<int64_t>(16, w.out - o0));
-      switch (rows) {
-        case 1:
-          f32_stream_group<L, 1>(w, o0, count, x, ldx, y, ldy);
-          break;
-        case 2:
-          f32_stream_group<L, 2>(w, o0, count, x, ldx, y, ldy);
-          break;
-        case 3:
-          f32_stream_group<L, 3>(w, o0, count, x, ldx, y, ldy);
-          break;
-        case 4:
-          f32_stream_group<L, 4>(w, o0, count, x, ldx, y, ldy);
-          break;
-        case 5:
-          f32_stream_group<L, 5>(w, o0, count, x, ldx, y, ldy);
-          break;
-        case 6:
-          f32_stream_group<L, 6>(w, o0, count, x, ldx, y, ldy);
-          break;
-        case 7:
-          f32_stream_group<L, 7>(w, o0, count, x, ldx, y, ldy);
-          break;
-        default:
-          f32_stream_group<L, 8>(w, o0, count, x, ldx, y, ldy);
-          break;
-      }
+      f32_stream_rows<L>(rows, w, o0, count, x, ldx, y, ldy);
     }
   });
 }
