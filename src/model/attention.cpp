@@ -257,39 +257,29 @@ double attend(const float* q, int n, const int32_t* pos, const int32_t* seq, con
           softmax(sh, nk_r);
         }
       }
-      // The weighted sums of the values. One row (decode): over its range, its columns split among the
-      // threads. Several rows: run by run of kValueKeys keys, every row of the block taking its part of
-      // the run before the next run starts, so a run's value rows are read from memory once per block
-      // and then from cache, not once per row (a row of a long prompt reads every value row of its
-      // range: at 16K positions 32 MiB per row and full layer). Each row's sums continue from run to
-      // run in order of keys (accumulate), so the bits are those of one call over its range.
-      auto row_output = [&](int r) { return out + int64_t(r) * qw + int64_t(g) * group * hd; };
-      auto row_scores = [&](int r, int lo) {
-        return scores.data() + size_t(r - rb) * group * nk + (lo - ulo);
-      };
-      if (re - rb == 1) {
-        int lo, hi, vis_lo;
-        range(rb, lo, hi, vis_lo);
-        float* o = row_output(rb);
-        const float* sr = row_scores(rb, lo);
-        const void* const* vr = &sk.v[lo - sk.first];
-        parallel_for(inner, hd, 64, [&](int64_t d0, int64_t d1, int) {
-          weighted_value_sum(sr, nk, group, value_type, vr, int64_t(g) * hd + d0, hi - lo + 1, int(d1 - d0),
-                             o + d0, hd);
-        });
-      } else {
-        for (int k0 = ulo; k0 <= uhi; k0 += kValueKeys) {  // the run of keys [k0, k1)
-          const int k1 = std::min(uhi + 1, k0 + kValueKeys);
+      // The weighted sums of the values, run by run of kValueKeys keys, every row of the block taking
+      // its part of a run before the next run starts: a run's value rows are read from memory once per
+      // block and then from cache, not once per row (a row of a long prompt reads every value row of
+      // its range: at 16K positions 32 MiB per row and full layer). Each row's sums continue from run
+      // to run in order of keys (accumulate), so the bits are those of one call over its range. One row
+      // (decode) takes its range in one run. With a single task the columns are split among the threads.
+      const int run = re - rb > 1 ? kValueKeys : nk;
+      const float* block_scores = scores.data();  // this thread's (scores is thread_local)
+      parallel_for(inner, hd, 64, [&](int64_t d0, int64_t d1, int) {
+        for (int k0 = ulo; k0 <= uhi; k0 += run) {  // the run of keys [k0, k1)
+          const int k1 = std::min(uhi + 1, k0 + run);
           for (int r = rb; r < re; ++r) {
             int lo, hi, vis_lo;
             range(r, lo, hi, vis_lo);
             const int a = std::max(lo, k0), b = std::min(hi + 1, k1);
             if (a >= b) continue;  // every row has a key (itself), so its first run starts the sums
-            weighted_value_sum(row_scores(r, lo) + (a - lo), nk, group, value_type, &sk.v[a - sk.first],
-                               int64_t(g) * hd, b - a, hd, row_output(r), hd, a > lo);
+            const float* sr = block_scores + size_t(r - rb) * group * nk + (a - ulo);
+            float* o = out + int64_t(r) * qw + int64_t(g) * group * hd + d0;
+            weighted_value_sum(sr, nk, group, value_type, &sk.v[a - sk.first], int64_t(g) * hd + d0, b - a,
+                               int(d1 - d0), o, hd, a > lo);
           }
         }
-      }
+      });
     }
     scored += local_scored;
   };
