@@ -642,9 +642,7 @@ void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, 
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = 8 * g;
       const int count = static_cast<int>(std::min<int64_t>(8, w.out - o0));
-      // Converted rows sit in `buf`, already in cache: only rows read in place are prefetched from the
-      // next group.
-      const bool prefetch_next = direct && o0 + 16 <= w.out;
+      const bool prefetch_next = o0 + 16 <= w.out;  // rows read in place: the next group's into L2
       const size_t next = 8 * w.row_bytes;
       const auto run = [&]<class L>(L) {
         const typename L::T* src[8];  // rows past `count` repeat the last one (computed, never stored)
@@ -659,7 +657,7 @@ void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, 
       } else if (w.type == GgmlType::F32) {
         run(StreamF32{});
       } else {
-        const float* src[8];
+        const float* src[8];  // converted rows, in cache already: nothing to prefetch
         f32_rows(w, o0, count, 8, buf, src);
         f32_stream_rows<StreamF32>(rows, src, n, false, next, x, ldx, y + o0, ldy, count);
       }
