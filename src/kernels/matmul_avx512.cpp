@@ -806,7 +806,36 @@ void f32_stream_group(const MatrixView& w, int64_t o0, int count, const float* x
   const size_t ahead = 16 * w.row_bytes;
   __m512 c[R];
   for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_ps();
-  for (int64_t k0 = 0; k0 < n; k0 += 16) {
+  int64_t k_done = 0;
+  if constexpr (std::is_same_v<L, LoadBF16>) {
+    // BF16, 32 weights a row at a time: the block is transposed as 16 x 16 pairs of bf16 (one 32-bit
+    // lane each), and each transposed pair widens with an integer shift (the even k) and a mask (the
+    // odd k), where widening every weight first and transposing 16 x 16 floats takes twice the
+    // shuffles per weight, which Intel issues on one port. Same FMA chain in k order, same bits.
+    for (; k_done + 32 <= n; k_done += 32) {
+      __m512 t[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(row[j] + k_done + kPrefetchElems), _MM_HINT_T0);
+        if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row[j] + k_done) + ahead, _MM_HINT_T1);
+        t[j] = _mm512_loadu_ps(row[j] + k_done);
+      }
+      transpose_16x16(t);
+      const __m512i odd_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const __m512i pair = _mm512_castps_si512(t[i]);
+        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(pair, odd_mask));
+        const int64_t k = k_done + 2 * i;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) c[r] = _mm512_fmadd_ps(even, _mm512_set1_ps(x[r * ldx + k]), c[r]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) c[r] = _mm512_fmadd_ps(odd, _mm512_set1_ps(x[r * ldx + k + 1]), c[r]);
+      }
+    }
+  }
+  for (int64_t k0 = k_done; k0 < n; k0 += 16) {
     const int len = static_cast<int>(std::min<int64_t>(16, n - k0));
     const __mmask16 m = static_cast<__mmask16>((1u << len) - 1);
     __m512 t[16];
