@@ -340,24 +340,44 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
+// Rows of F16 or BF16 weights as f32, 8 elements at a time (exact conversions), for the decode stream
+// (StreamF32 beside it takes F32 rows) and dequant_row_f32; `partial` reads len < 8 elements (the other
+// lanes zero) for the last columns of odd widths.
+template <bool kBf16>
+struct StreamHalf {
+  using T = uint16_t;
+  static __m256 widen(__m128i h) {
+    if constexpr (kBf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  }
+  static __m256 load(const uint16_t* p) {
+    return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static __m256 partial(const uint16_t* p, int len) {
+    alignas(16) uint16_t t[8] = {};
+    std::memcpy(t, p, sizeof(uint16_t) * size_t(len));
+    return widen(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  }
+};
+using StreamF16 = StreamHalf<false>;
+using StreamBF16 = StreamHalf<true>;
+
 void dequant_row_f32(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
   switch (t) {
     case GgmlType::F16: {
       const auto* h = reinterpret_cast<const uint16_t*>(src);
       int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-      }
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, StreamF16::load(h + i));
       for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
       return;
     }
     case GgmlType::BF16: {
       const auto* h = reinterpret_cast<const uint16_t*>(src);
       int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
-        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
-      }
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, StreamBF16::load(h + i));
       for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
       return;
     }
@@ -543,34 +563,12 @@ void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, fl
   }
 }
 
-// Rows of F32, F16 or BF16 weights as f32, 8 elements at a time (exact conversions); `partial` reads
-// len < 8 elements (the other lanes zero) for the last columns of odd widths.
+// F32 rows, as the stream loaders above.
 struct StreamF32 {
   using T = float;
   static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
   static __m256 partial(const float* p, int len) { return _mm256_maskload_ps(p, lane_mask(len)); }
 };
-template <bool kBf16>
-struct StreamHalf {
-  using T = uint16_t;
-  static __m256 widen(__m128i h) {
-    if constexpr (kBf16) {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    } else {
-      return _mm256_cvtph_ps(h);
-    }
-  }
-  static __m256 load(const uint16_t* p) {
-    return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static __m256 partial(const uint16_t* p, int len) {
-    alignas(16) uint16_t t[8] = {};
-    std::memcpy(t, p, sizeof(uint16_t) * size_t(len));
-    return widen(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-  }
-};
-using StreamF16 = StreamHalf<false>;
-using StreamBF16 = StreamHalf<true>;
 
 // R activation rows against 8 weight rows streamed from src: per 8 x 8 block, loaded (converted to f32
 // in registers) and transposed, one FMA per k and row, k in order (the tile's arithmetic). With 8 rows
