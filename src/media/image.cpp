@@ -84,8 +84,10 @@ void check_jpeg_tables(const uint8_t* d, size_t n, const std::string& name) {
     if (m == 0xC4) {
       size_t p = i + 4;
       while (p < end) {
+        // stb reads a table's 16 counts whatever the segment's length says (it checks the length only
+        // after building the table), so they are summed up to the end of the file, not of the segment.
         size_t codes = 0;
-        for (size_t k = p + 1; k < std::min(end, p + 17); ++k) codes += d[k];
+        for (size_t k = p + 1; k < std::min(n, p + 17); ++k) codes += d[k];
         if (codes > 256) corrupt("a Huffman table with more than 256 codes");
         p += 17 + codes;
       }
