@@ -123,43 +123,52 @@ void panel_from_packed_legacy(const MatrixView& w, int64_t p, int64_t nb, uint8_
   }
 }
 
-// Packed Q6_K (packed_matrix.h): the 8 level vectors (groups G = 0..7 of 4 elements, 16 rows per
-// vector) of half h of a block. Low 4 bits: the low (G < 4) or high (G >= 4) nibbles of vector G % 4;
-// top 2 bits: bits 2t, 2t+1 (t = G % 4) of top-bit vector G / 4, moved to bits 4-5. The 16-bit shifts
-// carry bits across bytes only into positions the masks clear.
+// Packed Q6_K (packed_matrix.h): level slot s of half h is line 2s + h and holds group kQ6KSlotGroup[s]
+// in bits 0-5; groups 6 and 7 take bits 0-1, 2-3, 4-5 from bits 6-7 of slots 0, 2, 4 and 1, 3, 5. The
+// 16-bit shifts carry bits across bytes only into positions the masks clear.
+inline __m512i q6k_low6(__m512i slot) { return _mm512_and_si512(slot, _mm512_set1_epi8(0x3F)); }
+inline __m512i q6k_carried(__m512i a, __m512i b, __m512i c) {
+  const __m512i a01 = _mm512_and_si512(_mm512_srli_epi16(a, 6), _mm512_set1_epi8(0x03));
+  // (x & mask) | y, twice
+  const __m512i b23 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4), _mm512_set1_epi8(0x0C), a01, 0xEA);
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi16(c, 2), _mm512_set1_epi8(0x30), b23, 0xEA);
+}
+// The 8 level vectors (groups G = 0..7 of 4 elements, 16 rows per vector) of half h of a block.
 inline void q6k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
-  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const __m512i top[2] = {_mm512_load_si512(blk + 512 + h * 64), _mm512_load_si512(blk + 512 + 128 + h * 64)};
-  __m512i hi[2][4];
-  for (int m = 0; m < 2; ++m) {
-    hi[m][0] = _mm512_and_si512(_mm512_slli_epi16(top[m], 4), m30);
-    hi[m][1] = _mm512_and_si512(_mm512_slli_epi16(top[m], 2), m30);
-    hi[m][2] = _mm512_and_si512(top[m], m30);
-    hi[m][3] = _mm512_and_si512(_mm512_srli_epi16(top[m], 2), m30);
+  __m512i slot[6];
+#pragma GCC unroll 6
+  for (int s = 0; s < 6; ++s) {
+    slot[s] = _mm512_load_si512(blk + s * 128 + h * 64);
+    lv[kQ6KSlotGroup[s]] = q6k_low6(slot[s]);
   }
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    const __m512i v = _mm512_load_si512(blk + g * 128 + h * 64);
-    // (a & 0x0F) | b, b holding only bits 4-5.
-    lv[g] = _mm512_ternarylogic_epi32(v, hi[0][g], m0f, 0xEC);
-    lv[g + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi[1][g], m0f, 0xEC);
-  }
+  lv[6] = q6k_carried(slot[0], slot[2], slot[4]);
+  lv[7] = q6k_carried(slot[1], slot[3], slot[5]);
 }
 
-// Groups g and g + 4 of half h (what q6k_levels gives as lv[g], lv[g + 4]) from the block's nibble vector
-// v = line 2g + h and its two top-bit vectors t0, t1 (lines 8 + h and 10 + h).
-inline void q6k_group_levels(__m512i v, __m512i t0, __m512i t1, int g, __m512i* lo, __m512i* hi) {
-  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const int up = 4 - 2 * g;  // bits 2g, 2g + 1 of a top-bit byte go to bits 4-5
-  const auto place = [&](__m512i t) {
-    return _mm512_and_si512(up >= 0 ? _mm512_slli_epi16(t, up) : _mm512_srli_epi16(t, -up), m30);
-  };
-  *lo = _mm512_ternarylogic_epi32(v, place(t0), m0f, 0xEC);
-  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), place(t1), m0f, 0xEC);
+// Groups g and g + 4 of half h (what q6k_levels gives as lv[g], lv[g + 4]) from the block's level lines
+// (line 2s + h: slot s of half h).
+inline void q6k_group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
+  if (g < 2) {
+    *lo = q6k_low6(line[4 * g + h]);
+    *hi = q6k_low6(line[4 * g + 2 + h]);
+  } else {
+    const __m512i own = line[2 * (g + 2) + h];  // slot 4 (group 2) or 5 (group 3)
+    *lo = q6k_low6(own);
+    *hi = q6k_carried(line[2 * (g - 2) + h], line[2 * g + h], own);
+  }
 }
 inline void q6k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
-  q6k_group_levels(_mm512_load_si512(blk + g * 128 + h * 64), _mm512_load_si512(blk + 512 + h * 64),
-                   _mm512_load_si512(blk + 640 + h * 64), g, lo, hi);
+  __m512i line[12];
+  const auto load = [&](int s) { line[2 * s + h] = _mm512_load_si512(blk + s * 128 + h * 64); };
+  if (g < 2) {
+    load(2 * g);
+    load(2 * g + 1);
+  } else {
+    load(g - 2);
+    load(g);
+    load(g + 2);
+  }
+  q6k_group_levels(line, g, h, lo, hi);
 }
 
 // Q6_K's scales of half h of a packed block, d x sc as the GGUF decoder forms them (DecodeQ6_K::scales).
@@ -234,9 +243,9 @@ struct PlanesQ6_K {
   static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
     q6k_group_levels(blk, g, h, lo, hi);
   }
-  static constexpr int kLevelLines = 12;  // 8 nibble vectors, 4 top-bit vectors
+  static constexpr int kLevelLines = 12;  // 6 level slots x 2 halves
   static void group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
-    q6k_group_levels(line[2 * g + h], line[8 + h], line[10 + h], g, lo, hi);
+    q6k_group_levels(line, g, h, lo, hi);
   }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
     q6k_scales(super, blk, h, lo, hi);
@@ -393,7 +402,8 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 // each order forced for a whole `gem4 bench -p 0 -n 32 -r 3 --products` run, twice each: 46.8-48.5 ->
 // 52.1-52.8 GB/s of weights, its Q6_K LM head 45.3-46.9 -> 56.2-57.9 GB/s; tokens alternated between the
 // orders in one run (median of 64 pairs): E2B Q4_K_M 0.93-0.95 of the time, E2B Q4_0 (its LM head is
-// Q6_K) 0.95-0.96, E4B Q4_0 0.96. Loading the top-bit lines per group still read lines 8-11 before 1-7;
+// Q6_K) 0.95-0.96, E4B Q4_0 0.96. Loading the top-bit lines per group still read lines 8-11 before 1-7 (in
+// the layout of that time: nibble lines 0-7, top-bit lines 8-11; now six level slots, lines 0-11);
 // with one row all twelve lines are now loaded first, in order: tokens alternated as above (both orders
 // of each pair), E2B Q4_0 0.966 and 1 / 1.017 of the time, Q4_K_M 0.987 and 1 / 1.020, 26B-A4B 0.988 and
 // 1 / 1.022; the E2B LM head alone against its plain read (/tmp harness) 0.80 -> 0.83 and 0.771 -> 0.774.
@@ -417,9 +427,9 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
       lo[0][r] = lo[1][r] = _mm512_set1_epi32(act.init[r * nb + b]);
       hi[0][r] = hi[1][r] = _mm512_set1_epi32(act.init_hi[r * nb + b]);
     }
-    // One row: the block's nibble and top-bit lines loaded first, in address order, and held in
-    // registers. Loaded per group, the top-bit lines (8-11) came before lines 1-7 (see above); more
-    // rows leave too few registers to hold them. Q5_K takes the same path (its 10 lines) unmeasured:
+    // One row: the block's level lines loaded first, in address order, and held in registers. Loaded
+    // per group, Q6_K's lines came out of order (see above); more rows leave too few registers to hold
+    // them. Q5_K takes the same path (its 10 lines) unmeasured:
     // no benchmark file has Q5_K weights.
     constexpr bool kLinesFirst = R == 1;
     __m512i line[K::kLevelLines];

@@ -109,10 +109,12 @@ void pack_panel_kquant(const MatrixView& w, int64_t p, uint8_t* dst) {
   }
 }
 
-// Q6_K: per super-block (8 blocks of 32 elements) first the 32 rows' fp16 d, then per block the low 4
-// bits of the levels as Q4_0 packs nibbles (512 bytes), their top 2 bits (256 bytes: vector m, half h,
-// lane j, byte k holds in bits 2t, 2t+1 the top bits of element 4(4m + t) + k of row 16h + j), and the
-// rows' int8 scales of the block's two halves (32 + 32 bytes). Levels u = 0..63 (weight = d sc (u - 32)).
+// Q6_K: per super-block (8 blocks of 32 elements) first the 32 rows' fp16 d, then per block the levels
+// u = 0..63 (weight = d sc (u - 32)) in six 128-byte slot vectors (half h, lane j: row 16h + j, byte k:
+// element 4G + k), then the rows' int8 scales of the block's two halves (32 + 32 bytes). Slot s holds
+// group G = kQ6KSlotGroup[s]'s levels in bits 0-5 and, in bits 6-7, bits 2(s / 2), 2(s / 2) + 1 of
+// group 6 + s % 2's: a level is one AND away (groups 0-5), three shifts for groups 6 and 7, where
+// the 4 + 2-bit split took a shift or two for every group.
 void pack_panel_q6_k(const MatrixView& w, int64_t p, uint8_t* dst) {
   const int64_t n_super = w.in / kQKK;
   const BlockQ6_K* rows[kPackedPanelRows];
@@ -130,15 +132,13 @@ void pack_panel_q6_k(const MatrixView& w, int64_t p, uint8_t* dst) {
         const uint8_t* ql = blk.ql + 64 * hh + 32 * (q % 2);
         const uint8_t* qh = blk.qh + 32 * hh;
         const int shift = q < 2 ? 0 : 4;
-        for (int g = 0; g < 4; ++g) {
-          const uint32_t lo = (load_u32(ql + 4 * g) >> shift) & 0x0F0F0F0Fu;
-          const uint32_t hi = (load_u32(ql + 16 + 4 * g) >> shift) & 0x0F0F0F0Fu;
-          store_u32(out + g * 128 + h * 64 + lane * 4, lo | (hi << 4));
-        }
-        for (int m = 0; m < 2; ++m) {  // byte k, bits 2tt..2tt+1: top bits of element 4(4m + tt) + k
-          uint32_t bits = 0;
-          for (int tt = 0; tt < 4; ++tt) bits |= ((load_u32(qh + 4 * (4 * m + tt)) >> (2 * q)) & 0x03030303u) << (2 * tt);
-          store_u32(out + 512 + m * 128 + h * 64 + lane * 4, bits);
+        uint32_t u[8];  // group G's four levels
+        for (int g = 0; g < 8; ++g)
+          u[g] = ((load_u32(ql + 4 * g) >> shift) & 0x0F0F0F0Fu) |
+                 (((load_u32(qh + 4 * g) >> (2 * q)) & 0x03030303u) << 4);
+        for (int slot = 0; slot < 6; ++slot) {
+          const uint32_t carried = (u[6 + slot % 2] >> (2 * (slot / 2))) & 0x03030303u;
+          store_u32(out + slot * 128 + h * 64 + lane * 4, u[kQ6KSlotGroup[slot]] | carried << 6);
         }
         reinterpret_cast<int8_t*>(out + 768)[j] = blk.scales[2 * t];
         reinterpret_cast<int8_t*>(out + 768 + 32)[j] = blk.scales[2 * t + 1];

@@ -18,10 +18,11 @@
 //         sub-block the Q4_0 layout of its levels, the rows' 6-bit scales and mins as bytes (32 + 32).
 //   Q5_K: as Q4_K, with after the nibbles the levels' bit 4 (128 bytes: half h, lane j, byte k holds in
 //         bit G that of element 4G + k of row 16h + j), then scales and mins.
-//   Q6_K: per 256-element super-block a header of 32 fp16 d, then per 32-element block the low 4 bits
-//         of the levels in the Q4_0 layout (512 bytes), their top 2 bits (256 bytes: vector m, half h,
-//         lane j, byte k holds in bits 2t, 2t+1 those of element 4(4m + t) + k of row 16h + j) and the
-//         int8 scales of the block's lower and upper 16 elements (32 + 32 bytes).
+//   Q6_K: per 256-element super-block a header of 32 fp16 d, then per 32-element block the 6-bit
+//         levels in six slot vectors s (768 bytes: half h, lane j, byte k of slot s holds in bits 0-5
+//         the level of element 4G + k of row 16h + j, G = kQ6KSlotGroup[s] = 0, 4, 1, 5, 2, 3, and in
+//         bits 6-7 bits 2(s / 2), 2(s / 2) + 1 of that of element 4(6 + s % 2) + k) and the int8 scales
+//         of the block's lower and upper 16 elements (32 + 32 bytes).
 // Q8_0, Q4_0 and Q6_K take the same bytes as the GGUF types (34, 18 and 26.25 per row and 32 elements),
 // Q4_K and Q5_K half a byte more (18.5, 22.5: their 6-bit scales and mins unpacked to bytes once, not
 // once per token).
@@ -46,7 +47,10 @@ constexpr size_t kPackedQ4KSuperBytes = kPackedQ4KHeaderBytes + 8 * kPackedQ4KBl
 constexpr size_t kPackedQ5KHeaderBytes = 128, kPackedQ5KBlockBytes = 512 + 128 + 32 + 32;
 constexpr size_t kPackedQ5KSuperBytes = kPackedQ5KHeaderBytes + 8 * kPackedQ5KBlockBytes;
 // Q6_K's packed super-block: the d header, then 8 blocks of levels and scales.
-constexpr size_t kPackedQ6KHeaderBytes = 64, kPackedQ6KBlockBytes = 512 + 256 + 64;
+constexpr size_t kPackedQ6KHeaderBytes = 64, kPackedQ6KBlockBytes = 6 * 128 + 64;
+// The group of 4 elements whose levels Q6_K's level slot s holds in bits 0-5: the lower group g beside
+// the upper g + 4 (g = 0, 1), then groups 2 and 3; groups 6 and 7 ride in bits 6-7.
+constexpr int kQ6KSlotGroup[6] = {0, 4, 1, 5, 2, 3};
 constexpr size_t kPackedQ6KSuperBytes = kPackedQ6KHeaderBytes + 8 * kPackedQ6KBlockBytes;
 
 // Types with a packed layout.
