@@ -145,30 +145,18 @@ inline void q6k_levels(const uint8_t* blk, int h, __m512i lv[8]) {
   lv[7] = q6k_carried(slot[1], slot[3], slot[5]);
 }
 
-// Groups g and g + 4 of half h (what q6k_levels gives as lv[g], lv[g + 4]) from the block's level lines
-// (line 2s + h: slot s of half h).
-inline void q6k_group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
+// Groups g and g + 4 (what q6k_levels gives as lv[g], lv[g + 4]) from the level slots that slot(s)
+// gives for one half: loaded from the block, or lines already held in registers.
+template <class Slot>
+inline void q6k_group_levels(Slot slot, int g, __m512i* lo, __m512i* hi) {
   if (g < 2) {
-    *lo = q6k_low6(line[4 * g + h]);
-    *hi = q6k_low6(line[4 * g + 2 + h]);
+    *lo = q6k_low6(slot(2 * g));
+    *hi = q6k_low6(slot(2 * g + 1));
   } else {
-    const __m512i own = line[2 * (g + 2) + h];  // slot 4 (group 2) or 5 (group 3)
+    const __m512i own = slot(g + 2);  // slot 4 (group 2) or 5 (group 3)
     *lo = q6k_low6(own);
-    *hi = q6k_carried(line[2 * (g - 2) + h], line[2 * g + h], own);
+    *hi = q6k_carried(slot(g - 2), slot(g), own);
   }
-}
-inline void q6k_group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
-  __m512i line[12];
-  const auto load = [&](int s) { line[2 * s + h] = _mm512_load_si512(blk + s * 128 + h * 64); };
-  if (g < 2) {
-    load(2 * g);
-    load(2 * g + 1);
-  } else {
-    load(g - 2);
-    load(g);
-    load(g + 2);
-  }
-  q6k_group_levels(line, g, h, lo, hi);
 }
 
 // Q6_K's scales of half h of a packed block, d x sc as the GGUF decoder forms them (DecodeQ6_K::scales).
@@ -241,11 +229,11 @@ struct PlanesQ6_K {
   static constexpr size_t kBlockBytes = kPackedQ6KBlockBytes;
   static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q6k_levels(blk, h, lv); }
   static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
-    q6k_group_levels(blk, g, h, lo, hi);
+    q6k_group_levels([&](int s) { return _mm512_load_si512(blk + s * 128 + h * 64); }, g, lo, hi);
   }
-  static constexpr int kLevelLines = 12;  // 6 level slots x 2 halves
+  static constexpr int kLevelLines = 12;  // 6 level slots x 2 halves: line 2s + h
   static void group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
-    q6k_group_levels(line, g, h, lo, hi);
+    q6k_group_levels([&](int s) { return line[2 * s + h]; }, g, lo, hi);
   }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
     q6k_scales(super, blk, h, lo, hi);
