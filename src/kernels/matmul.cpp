@@ -253,14 +253,21 @@ void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
 
 namespace matmul_detail {
 
-// Intel keeps 2 KiB ahead into L1 and 8 KiB into L2: on a Sapphire Rapids Xeon (interleaved
-// gem4_kernel_bench repetitions) the L1 prefetch was worth ~20 % on Q4_0 and the L2 one another ~7 %
-// (2-4 % on Q8_0); prefetchnta halved the speed. AMD takes 4 KiB into L1 and nothing into L2. On a
-// Zen 5 EPYC, each repetition paired with the read loop measured right before and after it: AVX-512
-// Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one barrier), Q8_0 +3 %, Q4_K +1 %,
-// the best of 1-8 KiB. With the variants compiled in and alternated in one process (40 rounds):
-// AVX-512 Q6_K +4-8 %, Q5_K +4 % (8192 x 2816; an earlier, unpaired test had them losing 5 %); the
-// AVX2 and AVX-VNNI sets forced, Q8_0, Q4_0, Q4_K +0.4 to +5.6 % (2048 x 2816), where 4 KiB into L1
+// Intel's 256-bit sets prefetch 2 KiB ahead into L1 and 8 KiB into L2: on a Sapphire Rapids Xeon
+// (interleaved gem4_kernel_bench repetitions) the L1 prefetch was worth ~20 % on Q4_0 and the L2 one
+// another ~7 % (2-4 % on Q8_0); prefetchnta alone (nothing into L2) halved the speed. Intel's AVX-512
+// set prefetches 4 KiB ahead with prefetchnta and keeps the prefetcht1 8 KiB ahead
+// (kPrefetchL1NonTemporalAndL2). On an Emerald Rapids Xeon (2 vCPUs), variants compiled in and runs
+// of `gem4 bench -p 0 -n 32 -r 2|3 --roofline` alternated: 26B-A4B Q4_0 decode 28.22 -> 29.30 GB/s of
+// weights (means of 6 rounds; 6 of 7 pairs faster, one equal), E2B Q4_K_M 26.5 -> 28.4 (3 of 3), E2B
+// Q4_0 +1 %, Q8_0 -0.8 % (noise); the same in the 256-bit sets was within +-1 % (E2B Q4_0 and Q4_K_M,
+// AVX2 and AVX-VNNI, 4 rounds each), which keep theirs. 4 KiB + 16 KiB, 8 + 16 and 4 + 12 with
+// prefetchnta, 4 + 16 with prefetcht0 and AMD's Q6_K choice (8 + 24) lay between. AMD takes 4 KiB into L1 and
+// nothing into L2. On a Zen 5 EPYC, each repetition paired with the read loop measured right before and after
+// it: AVX-512 Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one barrier), Q8_0 +3 %, Q4_K
+// +1 %, the best of 1-8 KiB. With the variants compiled in and alternated in one process (40 rounds): AVX-512
+// Q6_K +4-8 %, Q5_K +4 % (8192 x 2816; an earlier, unpaired test had them losing 5 %); the AVX2 and AVX-VNNI
+// sets forced, Q8_0, Q4_0, Q4_K +0.4 to +5.6 % (2048 x 2816), where 4 KiB into L1
 // + 16 KiB into L2 was no better than 2 + 8. On AMD the L1 prefetch is prefetchnta (the line comes to
 // L1 without displacing what L2 holds): decoded tokens alternated between it and prefetcht0 inside
 // one `gem4 bench -p 0 -n 128|256 -r 2` (Zen 5 VM; median of the pairs' time ratios, 64-128 pairs a

@@ -33,10 +33,12 @@ struct GemvPrefetch {
   bool page_heads = false;  // instead of every line: page-head prefetches (kernels/page_heads.h)
 };
 constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192, false}, kPrefetchL1NonTemporal{4096, 0, true},
-    kPrefetchPageHeads{0, 0, false, true}, kPrefetchL1NonTemporalFarL2{8192, 24576, true};
+    kPrefetchPageHeads{0, 0, false, true}, kPrefetchL1NonTemporalFarL2{8192, 24576, true},
+    kPrefetchL1NonTemporalAndL2{4096, 8192, true};
 // Whether this CPU takes AMD's prefetches, decided once (see matmul.cpp for the measurements): true,
 // kPrefetchPageHeads for Q8_0 and Q4_0, kPrefetchL1NonTemporalFarL2 for the AVX-512 set's Q6_K and
-// kPrefetchL1NonTemporal for the other K-quants; false (Intel), kPrefetchL1AndL2 for every type.
+// kPrefetchL1NonTemporal for the other K-quants; false (Intel), kPrefetchL1NonTemporalAndL2 for every
+// type in the AVX-512 set and kPrefetchL1AndL2 in the 256-bit sets.
 bool gemv_prefetch_amd();
 Int8Format int8_format(GgmlType t);
 

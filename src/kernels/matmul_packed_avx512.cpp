@@ -599,8 +599,8 @@ void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const flo
   if (gemv_prefetch_amd())
     return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchL1NonTemporalFarL2>(
         targets, count, x, rows, ldx, pool);
-  packed_gemv_of_type<kPrefetchL1AndL2, kPrefetchL1AndL2, kPrefetchL1AndL2>(targets, count, x, rows, ldx,
-                                                                            pool);
+  packed_gemv_of_type<kPrefetchL1NonTemporalAndL2, kPrefetchL1NonTemporalAndL2, kPrefetchL1NonTemporalAndL2>(
+      targets, count, x, rows, ldx, pool);
 }
 
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
