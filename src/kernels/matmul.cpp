@@ -259,15 +259,18 @@ namespace matmul_detail {
 // set prefetches 4 KiB ahead with prefetchnta and keeps the prefetcht1 8 KiB ahead
 // (kPrefetchL1NonTemporalAndL2). On an Emerald Rapids Xeon (2 vCPUs), variants compiled in and runs
 // of `gem4 bench -p 0 -n 32 -r 2|3 --roofline` alternated: 26B-A4B Q4_0 decode 28.22 -> 29.30 GB/s of
-// weights (means of 6 rounds; 6 of 7 pairs faster, one equal), E2B Q4_K_M 26.5 -> 28.4 (3 of 3), E2B
-// Q4_0 +1 %, Q8_0 -0.8 % (noise); the same in the 256-bit sets was within +-1 % (E2B Q4_0 and Q4_K_M,
-// AVX2 and AVX-VNNI, 4 rounds each), which keep theirs. 4 KiB + 16 KiB, 8 + 16 and 4 + 12 with
-// prefetchnta, 4 + 16 with prefetcht0 and AMD's Q6_K choice (8 + 24) lay between. AMD takes 4 KiB into L1 and
-// nothing into L2. On a Zen 5 EPYC, each repetition paired with the read loop measured right before and after
-// it: AVX-512 Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B experts at one barrier), Q8_0 +3 %, Q4_K
-// +1 %, the best of 1-8 KiB. With the variants compiled in and alternated in one process (40 rounds): AVX-512
-// Q6_K +4-8 %, Q5_K +4 % (8192 x 2816; an earlier, unpaired test had them losing 5 %); the AVX2 and AVX-VNNI
-// sets forced, Q8_0, Q4_0, Q4_K +0.4 to +5.6 % (2048 x 2816), where 4 KiB into L1
+// weights (means of 6 rounds; 6 of 7 pairs faster, one equal), E2B Q4_K_M 26.2 / 27.5 -> 28.4 / 28.4,
+// E2B Q4_0 +1 %, Q8_0 -0.8 % (3 rounds; noise); the builds alternated later, in a slower state of the
+// VM: 26B-A4B 27.19 / 26.66 -> 27.32 / 27.70, E2B Q4_K_M within the noise. In the 256-bit sets the
+// same was within +-1 % (E2B Q4_0 and Q4_K_M, AVX2 and AVX-VNNI, 4 rounds each): they keep theirs.
+// 4 KiB + 16 KiB with prefetcht0 came within 0.3 % (3 rounds); 4 + 16, 8 + 16 and 4 + 12 with
+// prefetchnta and AMD's Q6_K choice (8 + 24) lay between the two; L1 or L2 alone (2 KiB, 8 KiB) did worse
+// than both. AMD takes 4 KiB into L1 and nothing into L2. On a Zen 5 EPYC, each repetition paired with the
+// read loop measured right before and after it: AVX-512 Q4_0 +7-9 % (one 100 MB matrix, and 8 of 128 26B-A4B
+// experts at one barrier), Q8_0 +3 %, Q4_K +1 %, the best of 1-8 KiB. With the variants compiled in and
+// alternated in one process (40 rounds): AVX-512 Q6_K +4-8 %, Q5_K +4 % (8192 x 2816; an earlier, unpaired
+// test had them losing 5 %); the AVX2 and AVX-VNNI sets forced, Q8_0, Q4_0, Q4_K +0.4 to +5.6 % (2048 x
+// 2816), where 4 KiB into L1
 // + 16 KiB into L2 was no better than 2 + 8. On AMD the L1 prefetch is prefetchnta (the line comes to
 // L1 without displacing what L2 holds): decoded tokens alternated between it and prefetcht0 inside
 // one `gem4 bench -p 0 -n 128|256 -r 2` (Zen 5 VM; median of the pairs' time ratios, 64-128 pairs a
