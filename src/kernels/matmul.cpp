@@ -270,13 +270,12 @@ namespace matmul_detail {
 // experts at one barrier), Q8_0 +3 %, Q4_K +1 %, the best of 1-8 KiB. With the variants compiled in and
 // alternated in one process (40 rounds): AVX-512 Q6_K +4-8 %, Q5_K +4 % (8192 x 2816; an earlier, unpaired
 // test had them losing 5 %); the AVX2 and AVX-VNNI sets forced, Q8_0, Q4_0, Q4_K +0.4 to +5.6 % (2048 x
-// 2816), where 4 KiB into L1
-// + 16 KiB into L2 was no better than 2 + 8. On AMD the L1 prefetch is prefetchnta (the line comes to
-// L1 without displacing what L2 holds): decoded tokens alternated between it and prefetcht0 inside
-// one `gem4 bench -p 0 -n 128|256 -r 2` (Zen 5 VM; median of the pairs' time ratios, 64-128 pairs a
-// run, two runs each): AVX-512 E2B Q4_0 0.962-0.997, Q8_0 0.960-0.970, Q4_K_M 0.981-1.000, 26B-A4B
-// Q4_0 0.984-0.998, E4B Q4_0 0.996-1.004; forced AVX2 E2B Q4_0 0.980-0.985, AVX-VNNI 0.984-0.987, AVX2
-// 26B-A4B 0.976-1.005. Without any software prefetch the time was 1.05-1.17x, with 12 KiB into L2
+// 2816), where 4 KiB into L1 and 16 KiB into L2 was no better than 2 + 8. On AMD the L1 prefetch is
+// prefetchnta (the line comes to L1 without displacing what L2 holds): decoded tokens alternated between it
+// and prefetcht0 inside one `gem4 bench -p 0 -n 128|256 -r 2` (Zen 5 VM; median of the pairs' time ratios,
+// 64-128 pairs a run, two runs each): AVX-512 E2B Q4_0 0.962-0.997, Q8_0 0.960-0.970, Q4_K_M 0.981-1.000,
+// 26B-A4B Q4_0 0.984-0.998, E4B Q4_0 0.996-1.004; forced AVX2 E2B Q4_0 0.980-0.985, AVX-VNNI 0.984-0.987,
+// AVX2 26B-A4B 0.976-1.005. Without any software prefetch the time was 1.05-1.17x, with 12 KiB into L2
 // added 1.02-1.05x; the non-temporal prefetch 8 KiB ahead was no different from 4 (0.98-1.005), 2 KiB
 // ahead took 1.006-1.037x the time. On AMD Q8_0 and Q4_0 now take page-head prefetches instead
 // (kernels/page_heads.h): tokens alternated with the per-line prefetchnta in one `gem4 bench -p 0 -n 128
