@@ -324,8 +324,8 @@ void BM_MatmulReference(benchmark::State& state) {
 }
 
 // The read loops of `gem4 bench --roofline` (the running set's loads, plain and with page-head
-// prefetches, over 256 MiB; the fastest loop's best of three passes), so that the decode GEMVs above can be
-// read as a fraction of it measured in the same run.
+// prefetches, over a buffer beyond the caches (read_buffer_bytes); the fastest loop's best of three passes),
+// so that the decode GEMVs above can be read as a fraction of it measured in the same run.
 void BM_ReadLoop(benchmark::State& state) {
   double sum = 0;
   int64_t n = 0;

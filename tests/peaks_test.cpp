@@ -53,6 +53,28 @@ TEST(Peaks, ReadOverNothingIsZero) {
   EXPECT_EQ(measure_read_bandwidth_over(nullptr, {{small.data(), 0}}), 0.0);
 }
 
+// The read loops' buffer is four times the last-level cache, kept between 256 MiB and 1 GiB: small
+// caches leave it at 256 MiB, a VM's 260 MiB L3 (an Emerald Rapids host) takes it to 1 GiB, and it
+// never falls below 4 x a cache under the cap.
+TEST(Peaks, ReadBufferOutgrowsTheLastLevelCache) {
+  constexpr size_t kMiB = size_t(1) << 20;
+  EXPECT_EQ(read_buffer_bytes(0), 256 * kMiB);
+  EXPECT_EQ(read_buffer_bytes(32 * kMiB), 256 * kMiB);
+  EXPECT_EQ(read_buffer_bytes(96 * kMiB), 384 * kMiB);
+  EXPECT_EQ(read_buffer_bytes(260 * kMiB), 1024 * kMiB);
+  EXPECT_EQ(read_buffer_bytes(size_t(8) << 30), 1024 * kMiB);
+}
+
+// This machine's largest cache is found (sysfs, or cpuid through sysconf on x86-64) and sized sensibly.
+TEST(Peaks, LastLevelCacheIsFound) {
+  const size_t llc = last_level_cache_bytes();
+#if !defined(__x86_64__)
+  if (llc == 0) GTEST_SKIP() << "this machine reports no cache sizes";
+#endif
+  EXPECT_GE(llc, size_t(32) << 10);
+  EXPECT_LE(llc, size_t(4) << 30);
+}
+
 #if defined(__x86_64__)
 // Where a read enters a new 4 KiB page, the head of the page two further on is prefetched; a read inside
 // one page that does not start it prefetches nothing.

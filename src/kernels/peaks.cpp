@@ -1,9 +1,13 @@
 #include "kernels/peaks.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu_features.h"
@@ -166,6 +170,29 @@ constexpr int64_t kIters = 4'000'000;  // ~10 ms per run of a compute loop
 
 }  // namespace
 
+size_t read_buffer_bytes(size_t last_level_cache_bytes) {
+  constexpr size_t kMin = size_t(256) << 20, kMax = size_t(1) << 30;
+  return std::clamp(4 * last_level_cache_bytes, kMin, kMax);
+}
+
+size_t last_level_cache_bytes() {
+  size_t largest = 0;
+  for (int index = 0; index < 16; ++index) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    if (!in) break;
+    size_t value = 0;
+    std::string unit;
+    if (!(in >> value)) continue;
+    in >> unit;  // "K", "M" or nothing
+    const size_t scale = unit == "K" ? size_t(1) << 10 : unit == "M" ? size_t(1) << 20 : 1;
+    largest = std::max(largest, value * scale);
+  }
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  if (largest == 0) largest = size_t(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+#endif
+  return largest;
+}
+
 MachinePeaks measure_peaks(ThreadPool* pool) {
   const Isa isa = active_isa();
   const PeakLoops l = loops_for(isa);
@@ -176,7 +203,8 @@ MachinePeaks measure_peaks(ThreadPool* pool) {
   p.int8_gmacs = measure(pool, l.int8, kIters, 20) / 1e9;
   p.bf16_gmacs = measure(pool, l.bf16, kIters, 20) / 1e9;
   p.fp32_gflops = measure(pool, l.fp32, kIters, 20) / 1e9;
-  const ReadBuffer buf(size_t(512) << 20);  // 512 MiB: far beyond the caches
+  // Beyond the caches (read_buffer_bytes), and at least 512 MiB.
+  const ReadBuffer buf(std::max(size_t(512) << 20, read_buffer_bytes(last_level_cache_bytes())));
   p.read_gbs = read_bandwidth(pool, l, buf.spans(), 8) / 1e9;
   return p;
 }
@@ -186,8 +214,8 @@ double measure_int8_peak_quick(ThreadPool* pool) {
 }
 
 double measure_read_bandwidth_quick(ThreadPool* pool) {
-  // 256 MiB kept between calls (allocating and faulting it in would cost more than the measurement).
-  static const ReadBuffer buf(size_t(256) << 20);
+  // Kept between calls (allocating and faulting it in would cost more than the measurement).
+  static const ReadBuffer buf(read_buffer_bytes(last_level_cache_bytes()));
   return read_bandwidth(pool, loops_for(active_isa()), buf.spans(), 3) / 1e9;
 }
 

@@ -12,6 +12,7 @@
 //            (it may vectorize them), so no instruction sequence stands for them; read bandwidth with
 //            64-bit general-register loads
 #pragma once
+#include <cstddef>
 #include <vector>
 
 #include "kernels/byte_span.h"
@@ -48,5 +49,13 @@ double measure_read_bandwidth_quick(ThreadPool* pool);  // GB/s
 // read of the weights themselves says what decode could reach. Spans that fit in the caches are read
 // from them after the first pass: one pass each, with other reads in between, keeps them cold.
 double measure_read_bandwidth_over(ThreadPool* pool, const std::vector<ByteSpan>& spans, int passes = 3);
+
+// The read loops' own buffer must come from memory, not from the last-level cache: some hosts give a VM
+// a cache as large as the buffer once was (an Emerald Rapids Xeon: 260 MiB of L3), and then read loops
+// of best-of-three passes over 256 MiB reached 38-53 GB/s where 512 MiB to 4 GiB read 35.2-35.6 GB/s.
+// The buffer is four times the last-level cache, at least 256 MiB and at most 1 GiB.
+size_t read_buffer_bytes(size_t last_level_cache_bytes);
+// The size of cpu0's largest cache (Linux sysfs, else glibc's sysconf); 0 when unknown.
+size_t last_level_cache_bytes();
 
 }  // namespace gem4
