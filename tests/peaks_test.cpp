@@ -108,6 +108,32 @@ TEST(PageHeads, ReadLoopsWithThemSumTheSameBytes) {
         EXPECT_EQ(pr.heads(buf.data() + off, n), pr.plain(buf.data() + off, n)) << off << " " << n;
   }
 }
+
+// The read loops in streams read every byte once, as the plain ones (equal sums): lengths short of one
+// group of chunks (all read by the plain tail), whole groups, and groups with a tail; on every set the
+// CPU has.
+TEST(ReadStreams, ReadLoopsInStreamsSumTheSameBytes) {
+  std::vector<uint8_t> buf(17 * kStreamChunkBytes + 1024);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = uint8_t(i * 131 + (i >> 9));
+  struct Set {
+    ReadLoop plain, four, eight;
+    bool supported;
+  };
+  const Set sets[] = {
+      {read_loop_avx2, read_loop_avx2_4_streams, read_loop_avx2_8_streams, isa_supported(Isa::Avx2)},
+      {read_loop_avx512, read_loop_avx512_4_streams, read_loop_avx512_8_streams, isa_supported(Isa::Avx512)}};
+  const size_t chunk = kStreamChunkBytes;
+  for (const Set& st : sets) {
+    if (!st.supported) continue;
+    for (size_t off : {size_t(0), size_t(64), size_t(1024)})
+      for (size_t n : {size_t(256), 3 * chunk + 512, 4 * chunk, 8 * chunk, 8 * chunk + 768, 12 * chunk + 256,
+                       16 * chunk + 512}) {
+        const uint64_t want = st.plain(buf.data() + off, n);
+        EXPECT_EQ(st.four(buf.data() + off, n), want) << off << " " << n;
+        EXPECT_EQ(st.eight(buf.data() + off, n), want) << off << " " << n;
+      }
+  }
+}
 #endif
 
 }  // namespace

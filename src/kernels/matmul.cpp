@@ -256,8 +256,8 @@ namespace matmul_detail {
 // Intel's 256-bit sets prefetch 2 KiB ahead into L1 and 8 KiB into L2: on a Sapphire Rapids Xeon
 // (interleaved gem4_kernel_bench repetitions) the L1 prefetch was worth ~20 % on Q4_0 and the L2 one
 // another ~7 % (2-4 % on Q8_0); prefetchnta alone (nothing into L2) halved the speed. Intel's AVX-512
-// set prefetches 4 KiB ahead with prefetchnta and keeps the prefetcht1 8 KiB ahead
-// (kPrefetchL1NonTemporalAndL2). On an Emerald Rapids Xeon (2 vCPUs), variants compiled in and runs
+// set prefetched 4 KiB ahead with prefetchnta and kept the prefetcht1 8 KiB ahead (until it read eight
+// streams, below). On an Emerald Rapids Xeon (2 vCPUs), variants compiled in and runs
 // of `gem4 bench -p 0 -n 32 -r 2|3 --roofline` alternated: 26B-A4B Q4_0 decode 28.22 -> 29.30 GB/s of
 // weights (means of 6 rounds; 6 of 7 pairs faster, one equal), E2B Q4_K_M 26.2 / 27.5 -> 28.4 / 28.4,
 // E2B Q4_0 +1 %, Q8_0 -0.8 % (3 rounds; noise); the builds alternated later, in a slower state of the
@@ -293,6 +293,19 @@ namespace matmul_detail {
 // 26B-A4B Q4_0 1.009. The AVX2 and AVX-VNNI sets' Q6_K did not gain (E2B Q4_0 1.010, 1.008) and keep
 // prefetchnta 4 KiB ahead, as does Q4_K (Q4_K_M with Q4_K and Q6_K both given prefetchnta 8 KiB +
 // prefetcht1 16 KiB: 1.045x the old time).
+// On Intel the AVX-512 set's GEMVs with one activation row read eight panels at a time, block by block
+// (kIntelStreams, packed_gemv_panels), every type prefetched 2 KiB ahead into L1 only (kPrefetchL1).
+// On an Ice Lake Xeon VM (family 6 model 106, 2 vCPUs): two threads read 21-23 GB/s in one stream each,
+// 27-29 in four interleaved 27 KB panels and 29-30 in eight (one thread 12 GB/s: each core is limited by
+// the lines it has on their way, not the memory). One E2B token's products (Q4_0, and the Q6_K LM head),
+// variants alternated token by token in one process (median of 20-30 pairs' time ratios against one
+// stream with prefetchnta 4 KiB + prefetcht1 8 KiB): four streams 0.857 with prefetcht0 2 KiB, 0.868 with
+// 4 KiB, 1.044 with the old prefetches, 1.14 without any; eight 0.976 of four (Q8_0 0.970, Q4_K 0.975).
+// The Q4_0 gate|up products alone: eight streams 0.834. Whole E2B files, `gem4 bench -p 0 -n 32 -r 3
+// --roofline`, one stream (old prefetches) -> eight: Q4_0 21.7 -> 24.0 GB/s of weights, Q8_0 17.0 ->
+// 21.6, Q4_K_M 16.7 -> 25.2, E4B Q4_0 21.3 -> 26.6. One stream, prefetcht0 4 KiB alone came within 1-2 %
+// of the old prefetches, prefetchnta alone (AMD's) took 2.4x the time. AMD keeps one stream: not
+// measured there.
 bool gemv_prefetch_amd() {
   static const bool amd = cpu_features().amd;
   return amd;

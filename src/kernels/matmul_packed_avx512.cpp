@@ -300,83 +300,112 @@ struct PackedActivations {
   float* s;          // [rows][nb]: d * sum q, for the mins (see QuantizedBlock)
 };
 
+// Block b of a panel (32 weight rows x 32 inputs) against R activation rows: adds the products to the
+// f32 sums f0[r] (rows 0-15 of the panel) and f1[r] (rows 16-31).
+template <class Fmt, int R>
+inline void packed_gemv_block(const uint8_t* panel, int64_t b, int64_t nb, const PackedActivations& act,
+                              __m512* f0, __m512* f1) {
+  constexpr bool kNibbles = Fmt::kNibbles;
+  constexpr int kGroups = kNibbles ? 4 : 8;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const uint8_t* pb = Fmt::block(panel, b);
+  __m512i a0[R], a1[R], c0[R], c1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    a0[r] = a1[r] = _mm512_set1_epi32(act.init[r * nb + b]);
+    c0[r] = c1[r] = _mm512_setzero_si512();
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < kGroups; ++g) {
+    const __m512i v0 = _mm512_load_si512(pb + g * 128), v1 = _mm512_load_si512(pb + g * 128 + 64);
+    if constexpr (kNibbles) {
+      // High nibbles are used in place, as 16 x level (at most 240, still a byte): their sums c0, c1
+      // are multiples of 16 and are divided back exactly below, one shift instead of one per vector.
+      const __m512i lo0 = _mm512_and_si512(v0, low), hi0 = _mm512_andnot_si512(low, v0);
+      const __m512i lo1 = _mm512_and_si512(v1, low), hi1 = _mm512_andnot_si512(low, v1);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
+        const __m512i xl = _mm512_set1_epi32(load_i32(xq + 4 * g));
+        const __m512i xh = _mm512_set1_epi32(load_i32(xq + 16 + 4 * g));
+        a0[r] = _mm512_dpbusd_epi32(a0[r], lo0, xl);
+        a1[r] = _mm512_dpbusd_epi32(a1[r], lo1, xl);
+        c0[r] = _mm512_dpbusd_epi32(c0[r], hi0, xh);
+        c1[r] = _mm512_dpbusd_epi32(c1[r], hi1, xh);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_set1_epi32(load_i32(act.q + (size_t(r) * nb + b) * kQK + 4 * g));
+        if (g % 2 == 0) {
+          a0[r] = _mm512_dpbusd_epi32(a0[r], v0, xv);
+          a1[r] = _mm512_dpbusd_epi32(a1[r], v1, xv);
+        } else {
+          c0[r] = _mm512_dpbusd_epi32(c0[r], v0, xv);
+          c1[r] = _mm512_dpbusd_epi32(c1[r], v1, xv);
+        }
+      }
+    }
+  }
+  keep_load_order();
+  __m512 dw[2], mins[2];
+  Fmt::scales(panel, b, pb, dw, mins);
+  const __m512 dw0 = dw[0], dw1 = dw[1], m0 = mins[0], m1 = mins[1];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    if constexpr (kNibbles) {
+      c0[r] = _mm512_srai_epi32(c0[r], 4);  // exact: 16 x the high nibbles' sum
+      c1[r] = _mm512_srai_epi32(c1[r], 4);
+    }
+    const __m512 dx = _mm512_set1_ps(act.d[r * nb + b]);
+    f0[r] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[r], c0[r])), _mm512_mul_ps(dw0, dx), f0[r]);
+    f1[r] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[r], c1[r])), _mm512_mul_ps(dw1, dx), f1[r]);
+    if constexpr (Fmt::kHasMin) {
+      const __m512 sx = _mm512_set1_ps(act.s[r * nb + b]);
+      f0[r] = _mm512_fmadd_ps(m0, sx, f0[r]);
+      f1[r] = _mm512_fmadd_ps(m1, sx, f1[r]);
+    }
+  }
+}
+
+inline void store_panel_sums(float* y, int valid, __m512 f0, __m512 f1) {
+  _mm512_mask_storeu_ps(y, lane_mask_lo(valid), f0);
+  _mm512_mask_storeu_ps(y + 16, lane_mask_hi(valid), f1);
+}
+
 template <class Fmt, int R, GemvPrefetch kPf>
 void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y, int64_t ldy,
                        int valid) {
-  constexpr bool kNibbles = Fmt::kNibbles;
-  constexpr int kGroups = kNibbles ? 4 : 8;
-  constexpr size_t kBlock = Fmt::kBlockBytes;
-  const __m512i low = _mm512_set1_epi8(0x0F);
-  constexpr GemvPrefetch pf = kPf;
   __m512 f0[R], f1[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = Fmt::block(panel, b);
-    gemv_prefetch<pf>(pb, kBlock);
-    __m512i a0[R], a1[R], c0[R], c1[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      a0[r] = a1[r] = _mm512_set1_epi32(act.init[r * nb + b]);
-      c0[r] = c1[r] = _mm512_setzero_si512();
-    }
+    gemv_prefetch<kPf>(Fmt::block(panel, b), Fmt::kBlockBytes);
+    packed_gemv_block<Fmt, R>(panel, b, nb, act, f0, f1);
+  }
+  for (int r = 0; r < R; ++r) store_panel_sums(y + r * ldy, valid, f0[r], f1[r]);
+}
+
+// S panels against one activation row, their blocks taken in turn (block b of each panel, then block
+// b + 1): S streams from memory at once instead of one, each followed by the L2 streamer, so a core has
+// more lines on their way (measured in matmul.cpp, at gemv_prefetch_amd). The sums of each panel are
+// formed in the same order as by packed_gemv_panel: the same bits.
+template <class Fmt, int S, GemvPrefetch kPf>
+void packed_gemv_panels(const uint8_t* const* panel, int64_t nb, const PackedActivations& act,
+                        float* const* y, const int* valid) {
+  __m512 f0[S], f1[S];
 #pragma GCC unroll 8
-    for (int g = 0; g < kGroups; ++g) {
-      const __m512i v0 = _mm512_load_si512(pb + g * 128), v1 = _mm512_load_si512(pb + g * 128 + 64);
-      if constexpr (kNibbles) {
-        // High nibbles are used in place, as 16 x level (at most 240, still a byte): their sums c0, c1
-        // are multiples of 16 and are divided back exactly below, one shift instead of one per vector.
-        const __m512i lo0 = _mm512_and_si512(v0, low), hi0 = _mm512_andnot_si512(low, v0);
-        const __m512i lo1 = _mm512_and_si512(v1, low), hi1 = _mm512_andnot_si512(low, v1);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
-          const __m512i xl = _mm512_set1_epi32(load_i32(xq + 4 * g));
-          const __m512i xh = _mm512_set1_epi32(load_i32(xq + 16 + 4 * g));
-          a0[r] = _mm512_dpbusd_epi32(a0[r], lo0, xl);
-          a1[r] = _mm512_dpbusd_epi32(a1[r], lo1, xl);
-          c0[r] = _mm512_dpbusd_epi32(c0[r], hi0, xh);
-          c1[r] = _mm512_dpbusd_epi32(c1[r], hi1, xh);
-        }
-      } else {
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m512i xv = _mm512_set1_epi32(load_i32(act.q + (size_t(r) * nb + b) * kQK + 4 * g));
-          if (g % 2 == 0) {
-            a0[r] = _mm512_dpbusd_epi32(a0[r], v0, xv);
-            a1[r] = _mm512_dpbusd_epi32(a1[r], v1, xv);
-          } else {
-            c0[r] = _mm512_dpbusd_epi32(c0[r], v0, xv);
-            c1[r] = _mm512_dpbusd_epi32(c1[r], v1, xv);
-          }
-        }
-      }
-    }
-    keep_load_order();
-    __m512 dw[2], mins[2];
-    Fmt::scales(panel, b, pb, dw, mins);
-    const __m512 dw0 = dw[0], dw1 = dw[1], m0 = mins[0], m1 = mins[1];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      if constexpr (kNibbles) {
-        c0[r] = _mm512_srai_epi32(c0[r], 4);  // exact: 16 x the high nibbles' sum
-        c1[r] = _mm512_srai_epi32(c1[r], 4);
-      }
-      const __m512 dx = _mm512_set1_ps(act.d[r * nb + b]);
-      f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[r], c0[r])), _mm512_mul_ps(dw0, dx), f0[r]);
-      f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[r], c1[r])), _mm512_mul_ps(dw1, dx), f1[r]);
-      if constexpr (Fmt::kHasMin) {
-        const __m512 sx = _mm512_set1_ps(act.s[r * nb + b]);
-        f0[r] = _mm512_fmadd_ps(m0, sx, f0[r]);
-        f1[r] = _mm512_fmadd_ps(m1, sx, f1[r]);
-      }
+  for (int s = 0; s < S; ++s) f0[s] = f1[s] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      gemv_prefetch<kPf>(Fmt::block(panel[s], b), Fmt::kBlockBytes);
+      packed_gemv_block<Fmt, 1>(panel[s], b, nb, act, &f0[s], &f1[s]);
     }
   }
-  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
-  for (int r = 0; r < R; ++r) {
-    _mm512_mask_storeu_ps(y + r * ldy, k0, f0[r]);
-    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f1[r]);
-  }
+  for (int s = 0; s < S; ++s) store_panel_sums(y[s], valid[s], f0[s], f1[s]);
 }
 
 // Packed Q5_K / Q6_K, few activation rows: per block, groups 0-3 into the lower-half sums and 4-7 into
@@ -398,73 +427,96 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 // With these loads, other prefetches against the far L2 one: page heads (Q4_0's) 0.965 of the time in the
 // model but 0.793 vs 0.827 and 0.749 vs 0.774 alone; prefetchnta 8 KiB without the L2 prefetch 0.989,
 // 0.838 vs 0.827, 0.791 vs 0.774: within the noise, not taken.
+// Block b of a packed Q5_K / Q6_K panel against R activation rows: adds the products to f0[r] (rows
+// 0-15) and f1[r] (rows 16-31).
+template <class K, int R>
+inline void packed_planes_gemv_block(const uint8_t* panel, int64_t b, int64_t nb,
+                                     const PackedActivations& act, __m512* f0, __m512* f1) {
+  const uint8_t* super;
+  const uint8_t* blk = planes_block<K>(panel, b, &super);
+  __m512i lo[2][R], hi[2][R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    lo[0][r] = lo[1][r] = _mm512_set1_epi32(act.init[r * nb + b]);
+    hi[0][r] = hi[1][r] = _mm512_set1_epi32(act.init_hi[r * nb + b]);
+  }
+  // One row: the block's level lines loaded first, in address order, and held in registers. Loaded
+  // per group, Q6_K's lines came out of order (see above); more rows leave too few registers to hold
+  // them. Q5_K takes the same path (its 10 lines) unmeasured:
+  // no benchmark file has Q5_K weights.
+  constexpr bool kLinesFirst = R == 1;
+  __m512i line[K::kLevelLines];
+  if constexpr (kLinesFirst) {
+#pragma GCC unroll 12
+    for (int i = 0; i < K::kLevelLines; ++i) line[i] = _mm512_load_si512(blk + 64 * i);
+    // The scale line (12) after them; and past this barrier GCC may not load a line again where it
+    // is used, so the lines stay in registers. (An empty asm pinning each line, as this kernel had,
+    // made GCC keep the array on the stack: twelve 64-byte stores and reloads per block. Without
+    // it, in cache on one core 43.9 -> 51.2 GB/s; tokens alternated, E2B Q4_0: 1.007 and 1 / 1.000.)
+    keep_load_order();
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i l, u;
+      if constexpr (kLinesFirst) {
+        K::group_levels(line, g, h, &l, &u);
+      } else {
+        K::group_levels(blk, g, h, &l, &u);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
+        lo[h][r] = _mm512_dpbusd_epi32(lo[h][r], l, _mm512_set1_epi32(load_i32(xq + 4 * g)));
+        hi[h][r] = _mm512_dpbusd_epi32(hi[h][r], u, _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
+      }
+    }
+  }
+  __m512* f[2] = {f0, f1};
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m512 first, second;
+    K::scales(super, blk, h, &first, &second);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const size_t m = size_t(r) * nb + b;
+      f[h][r] = K::finish(f[h][r], lo[h][r], hi[h][r], first, second, _mm512_set1_ps(act.d[m]),
+                          _mm512_set1_ps(act.s[m]));
+    }
+  }
+}
+
 template <class K, int R, GemvPrefetch kPf>
 void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations& act, float* y,
                               int64_t ldy, int valid) {
-  constexpr GemvPrefetch pf = kPf;
-  __m512 f[2][R];
+  __m512 f0[R], f1[R];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) f[0][r] = f[1][r] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* super;
-    const uint8_t* blk = planes_block<K>(panel, b, &super);
-    gemv_prefetch<pf>(blk, K::kBlockBytes + 64);
-    __m512i lo[2][R], hi[2][R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      lo[0][r] = lo[1][r] = _mm512_set1_epi32(act.init[r * nb + b]);
-      hi[0][r] = hi[1][r] = _mm512_set1_epi32(act.init_hi[r * nb + b]);
-    }
-    // One row: the block's level lines loaded first, in address order, and held in registers. Loaded
-    // per group, Q6_K's lines came out of order (see above); more rows leave too few registers to hold
-    // them. Q5_K takes the same path (its 10 lines) unmeasured:
-    // no benchmark file has Q5_K weights.
-    constexpr bool kLinesFirst = R == 1;
-    __m512i line[K::kLevelLines];
-    if constexpr (kLinesFirst) {
-#pragma GCC unroll 12
-      for (int i = 0; i < K::kLevelLines; ++i) line[i] = _mm512_load_si512(blk + 64 * i);
-      // The scale line (12) after them; and past this barrier GCC may not load a line again where it
-      // is used, so the lines stay in registers. (An empty asm pinning each line, as this kernel had,
-      // made GCC keep the array on the stack: twelve 64-byte stores and reloads per block. Without
-      // it, in cache on one core 43.9 -> 51.2 GB/s; tokens alternated, E2B Q4_0: 1.007 and 1 / 1.000.)
-      keep_load_order();
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m512i l, u;
-        if constexpr (kLinesFirst) {
-          K::group_levels(line, g, h, &l, &u);
-        } else {
-          K::group_levels(blk, g, h, &l, &u);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
-          lo[h][r] = _mm512_dpbusd_epi32(lo[h][r], l, _mm512_set1_epi32(load_i32(xq + 4 * g)));
-          hi[h][r] = _mm512_dpbusd_epi32(hi[h][r], u, _mm512_set1_epi32(load_i32(xq + 16 + 4 * g)));
-        }
-      }
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m512 first, second;
-      K::scales(super, blk, h, &first, &second);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const size_t m = size_t(r) * nb + b;
-        f[h][r] = K::finish(f[h][r], lo[h][r], hi[h][r], first, second, _mm512_set1_ps(act.d[m]),
-                            _mm512_set1_ps(act.s[m]));
-      }
+    gemv_prefetch<kPf>(planes_block<K>(panel, b, &super), K::kBlockBytes + 64);
+    packed_planes_gemv_block<K, R>(panel, b, nb, act, f0, f1);
+  }
+  for (int r = 0; r < R; ++r) store_panel_sums(y + r * ldy, valid, f0[r], f1[r]);
+}
+
+// S Q5_K / Q6_K panels against one activation row, their blocks taken in turn (packed_gemv_panels).
+template <class K, int S, GemvPrefetch kPf>
+void packed_planes_gemv_panels(const uint8_t* const* panel, int64_t nb, const PackedActivations& act,
+                               float* const* y, const int* valid) {
+  __m512 f0[S], f1[S];
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s) f0[s] = f1[s] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* super;
+      gemv_prefetch<kPf>(planes_block<K>(panel[s], b, &super), K::kBlockBytes + 64);
+      packed_planes_gemv_block<K, 1>(panel[s], b, nb, act, &f0[s], &f1[s]);
     }
   }
-  const __mmask16 k0 = lane_mask_lo(valid), k1 = lane_mask_hi(valid);
-  for (int r = 0; r < R; ++r) {
-    _mm512_mask_storeu_ps(y + r * ldy, k0, f[0][r]);
-    _mm512_mask_storeu_ps(y + r * ldy + 16, k1, f[1][r]);
-  }
+  for (int s = 0; s < S; ++s) store_panel_sums(y[s], valid[s], f0[s], f1[s]);
 }
 
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
@@ -506,7 +558,28 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   const size_t panel_bytes = size_t(nb) * packed_block_bytes(targets[0].w.type);
   parallel_for_guided(pool, first_panel[count], 1, [&](int64_t p0, int64_t p1, int) {
     int j = 0;
-    for (int64_t p = p0; p < p1; ++p) {
+    int64_t p = p0;
+    if (rows == 1 && Kernel::kStreams > 1) {
+      // kStreams panels at a time (packed_gemv_panels), then what is left of the chunk in fewer.
+      const uint8_t* pn[kMaxStreams];
+      float* ys[kMaxStreams];
+      int valid[kMaxStreams];
+      for (int n = Kernel::kStreams; n >= 2; n /= 2) {
+        while (p1 - p >= n) {
+          for (int s = 0; s < n; ++s, ++p) {
+            while (p >= first_panel[j + 1]) ++j;
+            const int64_t local = p - first_panel[j];
+            pn[s] = targets[j].w.packed + size_t(local) * panel_bytes;
+            ys[s] = targets[j].y + local * kPackedPanelRows;
+            valid[s] = int(std::min<int64_t>(kPackedPanelRows, targets[j].w.out - local * kPackedPanelRows));
+          }
+          if (n == 8) Kernel::template panels<8>(pn, nb, act, ys, valid);
+          if (n == 4) Kernel::template panels<4>(pn, nb, act, ys, valid);
+          if (n == 2) Kernel::template panels<2>(pn, nb, act, ys, valid);
+        }
+      }
+    }
+    for (; p < p1; ++p) {
       while (p >= first_panel[j + 1]) ++j;
       const MatrixView& w = targets[j].w;
       const int64_t local = p - first_panel[j];
@@ -533,8 +606,9 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   });
 }
 
-template <class Fmt, GemvPrefetch kPf>
+template <class Fmt, GemvPrefetch kPf, int kStreamCount>
 struct LegacyOrQ4KGemv {
+  static constexpr int kStreams = kStreamCount;
   static constexpr int kOffset = Fmt::kOffset;
   static constexpr bool kSplitScales = false;
   static constexpr bool kActivationsQ8K = Fmt::kActivationsQ8K;
@@ -542,9 +616,15 @@ struct LegacyOrQ4KGemv {
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
     packed_gemv_panel<Fmt, R, kPf>(pn, nb, act, y, ldy, valid);
   }
+  template <int S>
+  static void panels(const uint8_t* const* pn, int64_t nb, const PackedActivations& act, float* const* y,
+                     const int* valid) {
+    packed_gemv_panels<Fmt, S, kPf>(pn, nb, act, y, valid);
+  }
 };
-template <class K, GemvPrefetch kPf>
+template <class K, GemvPrefetch kPf, int kStreamCount>
 struct PlanesGemv {
+  static constexpr int kStreams = kStreamCount;
   static constexpr int kOffset = K::Dec::kOffset;
   static constexpr bool kSplitScales = K::Dec::kSplitScales;
   static constexpr bool kActivationsQ8K = K::Dec::kActivationsQ8K;
@@ -552,23 +632,31 @@ struct PlanesGemv {
   static void panel(const uint8_t* pn, int64_t nb, const PackedActivations& act, float* y, int64_t ldy, int valid) {
     packed_planes_gemv_panel<K, R, kPf>(pn, nb, act, y, ldy, valid);
   }
+  template <int S>
+  static void panels(const uint8_t* const* pn, int64_t nb, const PackedActivations& act, float* const* y,
+                     const int* valid) {
+    packed_planes_gemv_panels<K, S, kPf>(pn, nb, act, y, valid);
+  }
 };
 
-// kLegacyPf for Q8_0 and Q4_0, kPf for Q4_K and Q5_K, kQ6Pf for Q6_K.
-template <GemvPrefetch kLegacyPf, GemvPrefetch kPf, GemvPrefetch kQ6Pf>
+// kLegacyPf for Q8_0 and Q4_0, kPf for Q4_K and Q5_K, kQ6Pf for Q6_K; with one activation row, up to
+// kStreams panels at a time (packed_gemv_panels).
+template <GemvPrefetch kLegacyPf, GemvPrefetch kPf, GemvPrefetch kQ6Pf, int kStreams>
 void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                          ThreadPool* pool) {
   switch (targets[0].w.type) {
     case GgmlType::Q8_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kLegacyPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kLegacyPf, kStreams>>(targets, count, x, rows, ldx,
+                                                                               pool);
     case GgmlType::Q4_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kLegacyPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kLegacyPf, kStreams>>(targets, count, x, rows, ldx,
+                                                                               pool);
     case GgmlType::Q4_K:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K, kPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q5_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ5_K, kPf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ5_K, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q6_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kQ6Pf>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kQ6Pf, kStreams>>(targets, count, x, rows, ldx, pool);
     default:
       throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") +
                              ggml_type_name(targets[0].w.type));
@@ -597,10 +685,10 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
                                int64_t ldx, ThreadPool* pool) {
   if (gemv_prefetch_amd())
-    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchL1NonTemporalFarL2>(
+    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchL1NonTemporalFarL2, 1>(
         targets, count, x, rows, ldx, pool);
-  packed_gemv_of_type<kPrefetchL1NonTemporalAndL2, kPrefetchL1NonTemporalAndL2, kPrefetchL1NonTemporalAndL2>(
-      targets, count, x, rows, ldx, pool);
+  packed_gemv_of_type<kPrefetchL1, kPrefetchL1, kPrefetchL1, kIntelStreams>(targets, count, x, rows, ldx,
+                                                                            pool);
 }
 
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,

@@ -44,7 +44,7 @@ PeakLoops loops_for(Isa isa) {
 #if defined(__x86_64__)
     case Isa::Avx512:
       l.int8_instr = "vpdpbusd zmm";
-      l.read_instr = "512- or 256-bit loads, plain or with page-head prefetches";
+      l.read_instr = "512- or 256-bit loads, plain, with page-head prefetches or in 4 or 8 streams";
       l.int8 = int8_loop_avx512;
       if (cpu_features().avx512bf16) l.bf16 = bf16_loop_avx512;
       l.fp32 = fp32_loop_avx512;
@@ -55,22 +55,28 @@ PeakLoops loops_for(Isa isa) {
       l.reads[1] = read_loop_avx2;
       l.reads[2] = read_loop_avx512_page_heads;
       l.reads[3] = read_loop_avx2_page_heads;
+      l.reads[4] = read_loop_avx512_4_streams;
+      l.reads[5] = read_loop_avx512_8_streams;
       break;
     case Isa::AvxVnni:
       l.int8_instr = "vpdpbusd ymm";
-      l.read_instr = "256-bit loads, plain or with page-head prefetches";
+      l.read_instr = "256-bit loads, plain, with page-head prefetches or in 4 or 8 streams";
       l.int8 = int8_loop_avxvnni;
       l.fp32 = fp32_loop_avx2;
       l.reads[0] = read_loop_avx2;
       l.reads[1] = read_loop_avx2_page_heads;
+      l.reads[2] = read_loop_avx2_4_streams;
+      l.reads[3] = read_loop_avx2_8_streams;
       break;
     case Isa::Avx2:
       l.int8_instr = "vpmaddubsw ymm";
-      l.read_instr = "256-bit loads, plain or with page-head prefetches";
+      l.read_instr = "256-bit loads, plain, with page-head prefetches or in 4 or 8 streams";
       l.int8 = int8_loop_avx2;
       l.fp32 = fp32_loop_avx2;
       l.reads[0] = read_loop_avx2;
       l.reads[1] = read_loop_avx2_page_heads;
+      l.reads[2] = read_loop_avx2_4_streams;
+      l.reads[3] = read_loop_avx2_8_streams;
       break;
 #endif
     // The AArch64 sets have no peak loops yet: like Scalar, compute peaks 0 and 64-bit loads.

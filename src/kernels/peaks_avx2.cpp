@@ -93,7 +93,28 @@ uint64_t read_loop_avx2_with(const uint8_t* p8, size_t bytes) {
   return uint64_t(hsum_u64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3))));
 }
 
+template <int S>
+uint64_t read_loop_avx2_streams(const uint8_t* p8, size_t bytes) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+  uint64_t rest = 0;
+  read_in_streams<S>(
+      p8, bytes,
+      [&](const uint8_t* at) {
+        const __m256i* v = reinterpret_cast<const __m256i*>(at);
+        s0 = _mm256_add_epi64(s0, _mm256_add_epi64(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1)));
+        s1 = _mm256_add_epi64(s1, _mm256_add_epi64(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3)));
+      },
+      [&](const uint8_t* at, size_t n) { rest = read_loop_avx2_with<false>(at, n); });
+  return hsum_u64(_mm256_add_epi64(s0, s1)) + rest;
+}
+
 uint64_t read_loop_avx2(const uint8_t* p8, size_t bytes) { return read_loop_avx2_with<false>(p8, bytes); }
+uint64_t read_loop_avx2_4_streams(const uint8_t* p8, size_t bytes) {
+  return read_loop_avx2_streams<4>(p8, bytes);
+}
+uint64_t read_loop_avx2_8_streams(const uint8_t* p8, size_t bytes) {
+  return read_loop_avx2_streams<8>(p8, bytes);
+}
 uint64_t read_loop_avx2_page_heads(const uint8_t* p8, size_t bytes) {
   return read_loop_avx2_with<true>(p8, bytes);
 }

@@ -91,7 +91,27 @@ uint64_t read_loop_avx512_with(const uint8_t* p8, size_t bytes) {
   return uint64_t(hsum_u64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3))));
 }
 
+template <int S>
+uint64_t read_loop_avx512_streams(const uint8_t* p8, size_t bytes) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+  uint64_t rest = 0;
+  read_in_streams<S>(
+      p8, bytes,
+      [&](const uint8_t* at) {
+        s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(at));
+        s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(at + 64));
+      },
+      [&](const uint8_t* at, size_t n) { rest = read_loop_avx512_with<false>(at, n); });
+  return hsum_u64(_mm512_add_epi64(s0, s1)) + rest;
+}
+
 uint64_t read_loop_avx512(const uint8_t* p8, size_t bytes) { return read_loop_avx512_with<false>(p8, bytes); }
+uint64_t read_loop_avx512_4_streams(const uint8_t* p8, size_t bytes) {
+  return read_loop_avx512_streams<4>(p8, bytes);
+}
+uint64_t read_loop_avx512_8_streams(const uint8_t* p8, size_t bytes) {
+  return read_loop_avx512_streams<8>(p8, bytes);
+}
 uint64_t read_loop_avx512_page_heads(const uint8_t* p8, size_t bytes) {
   return read_loop_avx512_with<true>(p8, bytes);
 }

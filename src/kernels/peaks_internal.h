@@ -21,7 +21,8 @@ struct PeakLoops {
   // The set's read loops: the read bandwidth is the fastest one's. Each load width is timed plain and
   // with page-head prefetches (kernels/page_heads.h), as the decode GEMVs of some types read: on a Zen
   // 5 VM those read up to a fifth faster, so a bandwidth from the plain loops alone was too low.
-  ReadLoop reads[4] = {};
+  // And in 4 and 8 streams (read_in_streams), as the decode GEMVs read on Intel.
+  ReadLoop reads[6] = {};
 };
 
 // Twelve independent accumulator chains c0..c11 of type T (more than any of the loops' instruction
@@ -46,16 +47,37 @@ struct PeakLoops {
 #define GEM4_PEAK_SUM_12(ADD) \
   ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), ADD(ADD(c8, c9), ADD(c10, c11)))
 
+// The read loops in streams: [p, p + bytes) as groups of S consecutive chunks of kStreamChunkBytes, each
+// group read 128 bytes from each chunk in turn (read128(at)), as a decode GEMV reads S panels at once
+// (packed_gemv_panels); what no whole group covers by rest(at, n). On an Ice Lake Xeon VM (2 vCPUs) two
+// threads read 21-23 GB/s in one stream each, 27-29 in four and 29-30 in eight: each stream the L2
+// streamer follows has only so many lines on their way, so one stream a core leaves memory idle.
+constexpr size_t kStreamChunkBytes = 16384;
+template <int S, class Read128, class Rest>
+inline void read_in_streams(const uint8_t* p, size_t bytes, Read128 read128, Rest rest) {
+  constexpr size_t kGroup = S * kStreamChunkBytes;
+  size_t g = 0;
+  for (; g + kGroup <= bytes; g += kGroup)
+    for (size_t off = 0; off < kStreamChunkBytes; off += 128)
+#pragma GCC unroll 8
+      for (int k = 0; k < S; ++k) read128(p + g + k * kStreamChunkBytes + off);
+  if (g < bytes) rest(p + g, bytes - g);
+}
+
 // peaks_avx512.cpp: vpdpbusd zmm (64 MACs), vdpbf16ps zmm (32, where the CPU has AVX512_BF16),
 // vfmadd zmm (16), 512-bit loads.
 uint64_t read_loop_avx512(const uint8_t* p, size_t bytes);
 uint64_t read_loop_avx512_page_heads(const uint8_t* p, size_t bytes);
+uint64_t read_loop_avx512_4_streams(const uint8_t* p, size_t bytes);
+uint64_t read_loop_avx512_8_streams(const uint8_t* p, size_t bytes);
 double int8_loop_avx512(int64_t iters);
 double bf16_loop_avx512(int64_t iters);
 double fp32_loop_avx512(int64_t iters);
 // peaks_avx2.cpp: vpmaddubsw ymm (32 MACs counted, see there), vfmadd ymm (8), 256-bit loads.
 uint64_t read_loop_avx2(const uint8_t* p, size_t bytes);
 uint64_t read_loop_avx2_page_heads(const uint8_t* p, size_t bytes);
+uint64_t read_loop_avx2_4_streams(const uint8_t* p, size_t bytes);
+uint64_t read_loop_avx2_8_streams(const uint8_t* p, size_t bytes);
 double int8_loop_avx2(int64_t iters);
 double fp32_loop_avx2(int64_t iters);
 // peaks_avxvnni.cpp: vpdpbusd ymm (32 MACs); the rest of the AvxVnni set is the Avx2 set's.
