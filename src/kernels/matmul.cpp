@@ -293,8 +293,9 @@ namespace matmul_detail {
 // 26B-A4B Q4_0 1.009. The AVX2 and AVX-VNNI sets' Q6_K did not gain (E2B Q4_0 1.010, 1.008) and keep
 // prefetchnta 4 KiB ahead, as does Q4_K (Q4_K_M with Q4_K and Q6_K both given prefetchnta 8 KiB +
 // prefetcht1 16 KiB: 1.045x the old time).
-// On Intel the AVX-512 set's GEMVs with one activation row read eight panels at a time, block by block
-// (kIntelStreams, packed_gemv_panels), every type prefetched 2 KiB ahead into L1 only (kPrefetchL1).
+// On Intel every x86 set's GEMVs with one activation row read eight panels at a time, block by block
+// (kIntelStreams; packed_gemv_panels, gemv_panels_one_row), every type prefetched 2 KiB ahead into L1
+// only (kPrefetchL1).
 // On an Ice Lake Xeon VM (family 6 model 106, 2 vCPUs): two threads read 21-23 GB/s in one stream each,
 // 27-29 in four interleaved 27 KB panels and 29-30 in eight (one thread 12 GB/s: each core is limited by
 // the lines it has on their way, not the memory). One E2B token's products (Q4_0, and the Q6_K LM head),
@@ -304,8 +305,10 @@ namespace matmul_detail {
 // The Q4_0 gate|up products alone: eight streams 0.834. Whole E2B files, `gem4 bench -p 0 -n 32 -r 3
 // --roofline`, one stream (old prefetches) -> eight: Q4_0 21.7 -> 24.0 GB/s of weights, Q8_0 17.0 ->
 // 21.6, Q4_K_M 16.7 -> 25.2, E4B Q4_0 21.3 -> 26.6. One stream, prefetcht0 4 KiB alone came within 1-2 %
-// of the old prefetches, prefetchnta alone (AMD's) took 2.4x the time. AMD keeps one stream: not
-// measured there.
+// of the old prefetches, prefetchnta alone (AMD's) took 2.4x the time. The AVX2 set forced there (the
+// token alternated as above, against one stream with prefetcht0 2 KiB + prefetcht1 8 KiB): four or
+// eight streams 0.837-0.862 (Q4_0), 0.890-0.899 (Q4_K); with the L2 prefetch kept 0.93-0.97. The AVX-VNNI
+// set takes the same, unmeasured (no AVX-VNNI on that CPU); AMD keeps one stream: not measured there.
 bool gemv_prefetch_amd() {
   static const bool amd = cpu_features().amd;
   return amd;

@@ -42,7 +42,7 @@ constexpr int kIntelStreams = 8, kMaxStreams = 8;
 // Whether this CPU takes AMD's prefetches, decided once (see matmul.cpp for the measurements): true,
 // kPrefetchPageHeads for Q8_0 and Q4_0, kPrefetchL1NonTemporalFarL2 for the AVX-512 set's Q6_K and
 // kPrefetchL1NonTemporal for the other K-quants; false (Intel), kPrefetchL1 and kIntelStreams for every
-// type in the AVX-512 set and kPrefetchL1AndL2 in the 256-bit sets.
+// type in every x86 set (the 256-bit sets' prefill panels still take kPrefetchL1AndL2).
 bool gemv_prefetch_amd();
 Int8Format int8_format(GgmlType t);
 
