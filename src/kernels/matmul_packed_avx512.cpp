@@ -390,20 +390,17 @@ void packed_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActivations
 
 // S panels against one activation row, their blocks taken in turn (block b of each panel, then block
 // b + 1): S streams from memory at once instead of one, each followed by the L2 streamer, so a core has
-// more lines on their way (measured in matmul.cpp, at gemv_prefetch_amd). The sums of each panel are
-// formed in the same order as by packed_gemv_panel: the same bits.
-template <class Fmt, int S, GemvPrefetch kPf>
-void packed_gemv_panels(const uint8_t* const* panel, int64_t nb, const PackedActivations& act,
-                        float* const* y, const int* valid) {
+// more lines on their way (measured in matmul.cpp, at gemv_prefetch_amd). step(panel, b, &f0, &f1)
+// prefetches and adds block b's products to a panel's sums, as the one-panel kernels do: the same bits.
+template <int S, class Step>
+void packed_gemv_panels(const uint8_t* const* panel, int64_t nb, float* const* y, const int* valid,
+                        Step step) {
   __m512 f0[S], f1[S];
 #pragma GCC unroll 8
   for (int s = 0; s < S; ++s) f0[s] = f1[s] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 8
-    for (int s = 0; s < S; ++s) {
-      gemv_prefetch<kPf>(Fmt::block(panel[s], b), Fmt::kBlockBytes);
-      packed_gemv_block<Fmt, 1>(panel[s], b, nb, act, &f0[s], &f1[s]);
-    }
+    for (int s = 0; s < S; ++s) step(panel[s], b, &f0[s], &f1[s]);
   }
   for (int s = 0; s < S; ++s) store_panel_sums(y[s], valid[s], f0[s], f1[s]);
 }
@@ -499,24 +496,6 @@ void packed_planes_gemv_panel(const uint8_t* panel, int64_t nb, const PackedActi
     packed_planes_gemv_block<K, R>(panel, b, nb, act, f0, f1);
   }
   for (int r = 0; r < R; ++r) store_panel_sums(y + r * ldy, valid, f0[r], f1[r]);
-}
-
-// S Q5_K / Q6_K panels against one activation row, their blocks taken in turn (packed_gemv_panels).
-template <class K, int S, GemvPrefetch kPf>
-void packed_planes_gemv_panels(const uint8_t* const* panel, int64_t nb, const PackedActivations& act,
-                               float* const* y, const int* valid) {
-  __m512 f0[S], f1[S];
-#pragma GCC unroll 8
-  for (int s = 0; s < S; ++s) f0[s] = f1[s] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-#pragma GCC unroll 8
-    for (int s = 0; s < S; ++s) {
-      const uint8_t* super;
-      gemv_prefetch<kPf>(planes_block<K>(panel[s], b, &super), K::kBlockBytes + 64);
-      packed_planes_gemv_block<K, 1>(panel[s], b, nb, act, &f0[s], &f1[s]);
-    }
-  }
-  for (int s = 0; s < S; ++s) store_panel_sums(y[s], valid[s], f0[s], f1[s]);
 }
 
 // The decode kernels' common driver: quantize the activation rows once, then hand out the panels of
@@ -619,7 +598,10 @@ struct LegacyOrQ4KGemv {
   template <int S>
   static void panels(const uint8_t* const* pn, int64_t nb, const PackedActivations& act, float* const* y,
                      const int* valid) {
-    packed_gemv_panels<Fmt, S, kPf>(pn, nb, act, y, valid);
+    packed_gemv_panels<S>(pn, nb, y, valid, [&](const uint8_t* panel, int64_t b, __m512* f0, __m512* f1) {
+      gemv_prefetch<kPf>(Fmt::block(panel, b), Fmt::kBlockBytes);
+      packed_gemv_block<Fmt, 1>(panel, b, nb, act, f0, f1);
+    });
   }
 };
 template <class K, GemvPrefetch kPf, int kStreamCount>
@@ -635,7 +617,11 @@ struct PlanesGemv {
   template <int S>
   static void panels(const uint8_t* const* pn, int64_t nb, const PackedActivations& act, float* const* y,
                      const int* valid) {
-    packed_planes_gemv_panels<K, S, kPf>(pn, nb, act, y, valid);
+    packed_gemv_panels<S>(pn, nb, y, valid, [&](const uint8_t* panel, int64_t b, __m512* f0, __m512* f1) {
+      const uint8_t* super;
+      gemv_prefetch<kPf>(planes_block<K>(panel, b, &super), K::kBlockBytes + 64);
+      packed_planes_gemv_block<K, 1>(panel, b, nb, act, f0, f1);
+    });
   }
 };
 
