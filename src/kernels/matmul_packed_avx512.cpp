@@ -16,6 +16,7 @@
 #include "kernels/block_decode_avx512.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemv_prefetch_x86.h"
+#include "kernels/gemv_streams.h"
 #include "kernels/int8_panel_avx512.h"
 #include "kernels/lanes_avx512.h"
 #include "kernels/matmul_internal.h"
@@ -538,24 +539,16 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
   parallel_for_guided(pool, first_panel[count], 1, [&](int64_t p0, int64_t p1, int) {
     int j = 0;
     int64_t p = p0;
-    if (rows == 1 && Kernel::kStreams > 1) {
-      // kStreams panels at a time (packed_gemv_panels), then what is left of the chunk in fewer.
-      const uint8_t* pn[kMaxStreams];
-      float* ys[kMaxStreams];
-      int valid[kMaxStreams];
-      for (int n = Kernel::kStreams; n >= 2; n /= 2) {
-        while (p1 - p >= n) {
-          for (int s = 0; s < n; ++s, ++p) {
-            while (p >= first_panel[j + 1]) ++j;
-            const int64_t local = p - first_panel[j];
-            pn[s] = targets[j].w.packed + size_t(local) * panel_bytes;
-            ys[s] = targets[j].y + local * kPackedPanelRows;
-            valid[s] = int(std::min<int64_t>(kPackedPanelRows, targets[j].w.out - local * kPackedPanelRows));
-          }
-          if (n == 8) Kernel::template panels<8>(pn, nb, act, ys, valid);
-          if (n == 4) Kernel::template panels<4>(pn, nb, act, ys, valid);
-          if (n == 2) Kernel::template panels<2>(pn, nb, act, ys, valid);
-        }
+    if constexpr (Kernel::kStreams > 1) {
+      // Kernel::kStreams panels at a time (packed_gemv_panels), then what is left of the chunk in fewer.
+      if (rows == 1) {
+        p = run_panels_in_streams<Kernel::kStreams>(
+            targets, first_panel, panel_bytes, p, p1,
+            [&](int n, const uint8_t* const* pn, float* const* ys, const int* valid) {
+              if (n == 8) Kernel::template panels<8>(pn, nb, act, ys, valid);
+              if (n == 4) Kernel::template panels<4>(pn, nb, act, ys, valid);
+              if (n == 2) Kernel::template panels<2>(pn, nb, act, ys, valid);
+            });
       }
     }
     for (; p < p1; ++p) {

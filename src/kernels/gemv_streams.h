@@ -1,0 +1,44 @@
+// The decode GEMVs' panels in streams: a thread's chunk of panels handed to a kernel that reads several
+// at once, block by block (matmul_internal.h, kIntelStreams). Shared by the AVX-512 and the 256-bit
+// kernel files. Each instance is local to its kernel file (its callback is a lambda there), so the copies
+// compiled with different ISA flags never meet at link time (see matmul_internal.h).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/packed_matrix.h"
+
+namespace gem4::matmul_detail {
+
+// The panels [p, p1) of one call's products, numbered product after product (first_panel[j]: product
+// j's first panel; every product packed, panel_bytes each), handed to
+// run_panels(n, panels, ys, valid) kStreams at a time while that many are left, then in halves down to
+// two. Returns the first panel not handed out: fewer than two are left, for the one-panel kernel.
+template <int kStreams, class RunPanels>
+int64_t run_panels_in_streams(const MatmulTarget* targets, const int64_t* first_panel, size_t panel_bytes,
+                              int64_t p, int64_t p1, RunPanels&& run_panels) {
+  static_assert(kStreams >= 2 && kStreams <= kMaxStreams && (kStreams & (kStreams - 1)) == 0,
+                "a power of two the callers' arrays hold");
+  const uint8_t* panels[kMaxStreams];
+  float* ys[kMaxStreams];
+  int valid[kMaxStreams];
+  int j = 0;
+  for (int n = kStreams; n >= 2; n /= 2) {
+    while (p1 - p >= n) {
+      for (int s = 0; s < n; ++s, ++p) {
+        while (p >= first_panel[j + 1]) ++j;
+        const int64_t local = p - first_panel[j];
+        panels[s] = targets[j].w.packed + size_t(local) * panel_bytes;
+        ys[s] = targets[j].y + local * kPackedPanelRows;
+        valid[s] = int(std::min<int64_t>(kPackedPanelRows, targets[j].w.out - local * kPackedPanelRows));
+      }
+      run_panels(n, panels, ys, valid);
+    }
+  }
+  return p;
+}
+
+}  // namespace gem4::matmul_detail
