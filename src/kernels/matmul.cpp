@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/gemv_streams.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
@@ -235,7 +236,8 @@ void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
   }
   static std::atomic<uint64_t> next_group{1};
   const uint64_t group = next_group.fetch_add(1, std::memory_order_relaxed);
-  pool->parallel_for_guided(first[count], 2, [&](int64_t b, int64_t e, int) {
+  // In pairs of panels: the decode kernels read a piece's panels in streams (hand_out_panels).
+  matmul_detail::hand_out_panels(pool, first[count], true, [&](int64_t b, int64_t e, int) {
     struct InGroup {  // this thread runs the group's pieces until the end of the hand-out
       explicit InGroup(uint64_t g) { matmul_detail::set_group_on_this_thread(g); }
       ~InGroup() { matmul_detail::set_group_on_this_thread(0); }
