@@ -44,9 +44,10 @@ int64_t run_panels_in_streams(const MatmulTarget* targets, const int64_t* first_
 }
 
 // n panels handed out over the pool as fn(p0, p1, thread), guided (the chunks shrink as the work runs
-// out); `in_pairs` for the decode kernels in streams: every chunk but the last of an odd n is then even,
-// where guided chunks of single panels at the end of each call were read as one stream, 8-15 % of an E2B
-// token's panels. Ice Lake Xeon, the E2B token's products alternated in one process (100-150 pairs,
+// out); `in_pairs` for the decode kernels in streams: every chunk but the last of an odd n is then even.
+// Handed out one by one, the last guided chunks of each call were single panels, read as one stream: a
+// fifth of the panels of a 1536-row product (E2B's FFN down and attention output), ~6.5 % of an E2B
+// token's bytes. Ice Lake Xeon, one E2B token's products alternated in one process (100-150 pairs,
 // medians of the time ratios): AVX-512 Q4_0 0.987, Q8_0 0.986; AVX2 forced Q4_0 0.978, Q4_K 0.992. A
 // minimum chunk of two panels instead (odd chunks still leave one): 0.990-0.996.
 template <class Fn>

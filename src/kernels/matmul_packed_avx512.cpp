@@ -536,48 +536,47 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
     first_panel[j + 1] = first_panel[j] + (targets[j].w.out + kPackedPanelRows - 1) / kPackedPanelRows;
   }
   const size_t panel_bytes = size_t(nb) * packed_block_bytes(targets[0].w.type);
-  hand_out_panels(pool, first_panel[count], rows == 1 && Kernel::kStreams > 1,
-                  [&](int64_t p0, int64_t p1, int) {
-                    int j = 0;
-                    int64_t p = p0;
-                    if constexpr (Kernel::kStreams > 1) {
-                      // Kernel::kStreams panels at a time (packed_gemv_panels), then what is left of the
-                      // chunk in fewer.
-                      if (rows == 1) {
-                        p = run_panels_in_streams<Kernel::kStreams>(
-                            targets, first_panel, panel_bytes, p, p1,
-                            [&](int n, const uint8_t* const* pn, float* const* ys, const int* valid) {
-                              if (n == 8) Kernel::template panels<8>(pn, nb, act, ys, valid);
-                              if (n == 4) Kernel::template panels<4>(pn, nb, act, ys, valid);
-                              if (n == 2) Kernel::template panels<2>(pn, nb, act, ys, valid);
-                            });
-                      }
-                    }
-                    for (; p < p1; ++p) {
-                      while (p >= first_panel[j + 1]) ++j;
-                      const MatrixView& w = targets[j].w;
-                      const int64_t local = p - first_panel[j];
-                      const uint8_t* panel = w.packed + size_t(local) * panel_bytes;
-                      const int64_t o0 = local * kPackedPanelRows;
-                      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
-                      float* y = targets[j].y + o0;
-                      const int64_t ldy = targets[j].ldy;
-                      switch (rows) {
-                        case 1:
-                          Kernel::template panel<1>(panel, nb, act, y, ldy, valid);
-                          break;
-                        case 2:
-                          Kernel::template panel<2>(panel, nb, act, y, ldy, valid);
-                          break;
-                        case 3:
-                          Kernel::template panel<3>(panel, nb, act, y, ldy, valid);
-                          break;
-                        default:
-                          Kernel::template panel<4>(panel, nb, act, y, ldy, valid);
-                          break;
-                      }
-                    }
-                  });
+  // A thread's chunk [p0, p1) of the panels: with one activation row Kernel::kStreams panels at a time
+  // (packed_gemv_panels), then what is left of the chunk in fewer; with more rows, or what is left,
+  // panel by panel.
+  const auto run_chunk = [&](int64_t p0, int64_t p1, int) {
+    int j = 0;
+    int64_t p = p0;
+    if constexpr (Kernel::kStreams > 1) {
+      const auto run_panels = [&](int n, const uint8_t* const* pn, float* const* ys, const int* valid) {
+        if (n == 8) Kernel::template panels<8>(pn, nb, act, ys, valid);
+        if (n == 4) Kernel::template panels<4>(pn, nb, act, ys, valid);
+        if (n == 2) Kernel::template panels<2>(pn, nb, act, ys, valid);
+      };
+      if (rows == 1)
+        p = run_panels_in_streams<Kernel::kStreams>(targets, first_panel, panel_bytes, p, p1, run_panels);
+    }
+    for (; p < p1; ++p) {
+      while (p >= first_panel[j + 1]) ++j;
+      const MatrixView& w = targets[j].w;
+      const int64_t local = p - first_panel[j];
+      const uint8_t* panel = w.packed + size_t(local) * panel_bytes;
+      const int64_t o0 = local * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      float* y = targets[j].y + o0;
+      const int64_t ldy = targets[j].ldy;
+      switch (rows) {
+        case 1:
+          Kernel::template panel<1>(panel, nb, act, y, ldy, valid);
+          break;
+        case 2:
+          Kernel::template panel<2>(panel, nb, act, y, ldy, valid);
+          break;
+        case 3:
+          Kernel::template panel<3>(panel, nb, act, y, ldy, valid);
+          break;
+        default:
+          Kernel::template panel<4>(panel, nb, act, y, ldy, valid);
+          break;
+      }
+    }
+  };
+  hand_out_panels(pool, first_panel[count], rows == 1 && Kernel::kStreams > 1, run_chunk);
 }
 
 template <class Fmt, GemvPrefetch kPf, int kStreamCount>
