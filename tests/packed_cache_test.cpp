@@ -2,10 +2,13 @@
 // bit the same copies and logits; a cache that no longer matches its GGUF file (file changed, cache
 // truncated or edited, another layout) is never used; a folder that cannot be written costs nothing but
 // the cache.
+#include "model/packed_cache.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,7 +21,6 @@
 #include "model/generator.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "model/packed_cache.h"
 
 namespace gem4 {
 namespace {
@@ -43,6 +45,11 @@ class PackedCache : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   std::unique_ptr<Model> load(const std::string& dir) { return Model::load(gguf_, LoadOptions{dir}); }
+  std::unique_ptr<Model> load_in_memory(const std::string& dir) {
+    LoadOptions o{dir};
+    o.packed_in_memory = true;
+    return Model::load(gguf_, o);
+  }
   std::string cache_file() const { return packed_cache_path(dir_, gguf_); }
 
   fs::path root_;
@@ -115,6 +122,54 @@ TEST_F(PackedCache, SecondLoadMapsTheCopiesTheFirstWrote) {
   ASSERT_FALSE(want.empty());
   EXPECT_EQ(want, got) << "logits from mapped copies differ from freshly packed ones";
   EXPECT_EQ(want, logits(*first)) << "logits from copies packed into the cache file differ";
+}
+
+// The path /proc/self/maps gives the mapping that holds p ("" for anonymous memory); "?" if none does.
+std::string mapping_path_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx", &lo, &hi) != 2 || at < lo || at >= hi) continue;
+    const size_t slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "?";
+}
+
+// With packed_in_memory the copies are read from the cache file into anonymous memory (first load: packed
+// into the new cache file, then read from it), the same bytes and logits as packing in memory.
+TEST_F(PackedCache, InMemoryLoadReadsTheCacheIntoItsOwnMemory) {
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
+  auto plain = load("");
+  const auto want = logits(*plain);
+  auto first = load_in_memory(dir_);
+  EXPECT_TRUE(starts_with(first->packed_origin, "packed at load (no cache file yet")) << first->packed_origin;
+  EXPECT_NE(first->packed_origin.find("written to " + cache_file() + " for later loads"), std::string::npos);
+  EXPECT_NE(first->packed_origin.find("; read into memory from it"), std::string::npos)
+      << first->packed_origin;
+  auto second = load_in_memory(dir_);
+  EXPECT_EQ(second->packed_origin, "read into memory from " + cache_file());
+  auto mapped = load(dir_);
+  EXPECT_EQ(mapping_path_of(mapped->weights.layers[0].attn_q.packed), cache_file()) << "the check itself";
+  for (const Model* m : {first.get(), second.get()}) {
+    EXPECT_TRUE(m->packed.mappings().empty());
+    EXPECT_EQ(m->packed.bytes(), plain->packed.bytes());
+    EXPECT_GT(expect_same_packed(*plain, *m), 10);
+    for (const MatrixView* v : matrices(*m)) {
+      if (!v->packed) continue;
+      EXPECT_EQ(mapping_path_of(v->packed), "") << "a copy outside anonymous memory";
+    }
+    EXPECT_EQ(want, logits(*m));
+  }
+  // A cache that no longer matches is rewritten and then read, as without the option.
+  fs::resize_file(cache_file(), fs::file_size(cache_file()) / 2);
+  auto repaired = load_in_memory(dir_);
+  EXPECT_NE(repaired->packed_origin.find("do not match"), std::string::npos) << repaired->packed_origin;
+  EXPECT_NE(repaired->packed_origin.find("; read into memory from it"), std::string::npos)
+      << repaired->packed_origin;
+  expect_same_packed(*plain, *repaired);
 }
 
 TEST_F(PackedCache, ChangedModelFileIsRepacked) {

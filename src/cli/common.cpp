@@ -47,12 +47,16 @@ void declare_load_flags(Args& a) {
           "keep the weights packed for the kernels in DIR, so later loads map them instead of repacking "
           "(off: pack at every load)",
           "$GEM4_PACK_CACHE, else $XDG_CACHE_HOME/gem4 or ~/.cache/gem4");
+  a.flag("--pack-in-memory",
+         "read the packed weights from the cache file into this process's memory instead of mapping it "
+         "(a copy at every load; on VMs whose page cache reads slower than fresh memory, faster decoding)");
 }
 
 LoadOptions load_options(const Args& a) {
   LoadOptions o;
   o.packed_cache_dir = default_packed_cache_dir();
   if (a.has("--pack-cache")) o.packed_cache_dir = a.str("--pack-cache") == "off" ? "" : a.str("--pack-cache");
+  o.packed_in_memory = a.on("--pack-in-memory");
   return o;
 }
 

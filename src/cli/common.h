@@ -16,7 +16,8 @@ PlanSwitches plan_switches(const Args& a);
 // -t/--threads (default: all cores)
 void declare_thread_flag(Args& a);
 int thread_count(const Args& a);
-// --pack-cache DIR|off: where packed weights are kept between runs (model/packed_cache.h)
+// --pack-cache DIR|off: where packed weights are kept between runs (model/packed_cache.h);
+// --pack-in-memory: read them from there into memory instead of mapping them
 void declare_load_flags(Args& a);
 LoadOptions load_options(const Args& a);
 

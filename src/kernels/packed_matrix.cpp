@@ -258,6 +258,10 @@ void PackedStore::adopt_mapping(void* base, size_t length) {
   mappings_.push_back(std::unique_ptr<void, Unmap>(base, Unmap{length}));
 }
 
+void PackedStore::adopt_memory(void* base, size_t length) {
+  memory_.push_back(std::unique_ptr<void, Unmap>(base, Unmap{length}));
+}
+
 std::vector<ByteSpan> PackedStore::mappings() const {
   std::vector<ByteSpan> out;
   for (const auto& m : mappings_)

@@ -68,8 +68,8 @@ void release_file_pages(std::span<MatrixView* const> matrices) {
   for (const MatrixView* v : matrices) advise_pages(v->data, size_t(v->out) * v->row_bytes, MADV_DONTNEED);
 }
 
-// Gives a file's matrices their packed copies: mapped from the cache file when it is current, else
-// packed here (and written to the cache for next time).
+// Gives a file's matrices their packed copies: mapped (or, with packed_in_memory, read) from the cache
+// file when it is current, else packed here (and written to the cache for next time).
 void pack_file_matrices(Model& m, const LoadOptions& opt) {
   const std::vector<MatrixView*> matrices = matrices_to_pack(m.weights);
   if (matrices.empty()) {
@@ -78,25 +78,42 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
         "kernel sets, and this file or kernel set has none";
     return;
   }
-  std::string why_not_mapped, pages;
-  if (!opt.packed_cache_dir.empty() &&
-      map_packed_cache(opt.packed_cache_dir, *m.file, matrices, m.packed, &why_not_mapped, &pages)) {
-    m.packed_origin = "mapped from " + packed_cache_path(opt.packed_cache_dir, m.file->path());
+  ThreadPool pool(packing_threads());
+  const std::string& dir = opt.packed_cache_dir;
+  std::string why_not_used, pages;
+  if (!dir.empty() && opt.packed_in_memory &&
+      read_packed_cache(dir, *m.file, matrices, &pool, m.packed, &why_not_used)) {
+    m.packed_origin = "read into memory from " + packed_cache_path(dir, m.file->path());
+    release_file_pages(matrices);
+    return;
+  }
+  if (!dir.empty() && !opt.packed_in_memory &&
+      map_packed_cache(dir, *m.file, matrices, m.packed, &why_not_used, &pages)) {
+    m.packed_origin = "mapped from " + packed_cache_path(dir, m.file->path());
     if (!pages.empty()) m.packed_origin += "; " + pages;
     release_file_pages(matrices);
     return;
   }
-  ThreadPool pool(packing_threads());
-  if (opt.packed_cache_dir.empty()) {
+  if (dir.empty()) {
     pack_all(m, matrices, &pool);
     m.packed_origin = "packed at load (no cache)";
   } else {
     std::string note;
-    if (pack_into_cache(opt.packed_cache_dir, *m.file, matrices, &pool, m.packed, &note)) {
-      m.packed_origin = "packed at load (" + why_not_mapped + "); " + note;
+    if (pack_into_cache(dir, *m.file, matrices, &pool, m.packed, &note)) {
+      m.packed_origin = "packed at load (" + why_not_used + "); " + note;
+      // The copies were just made in the cache file's pages; asked for them in memory, read them there
+      // (from the page cache) as a later load would.
+      PackedStore own;
+      std::string why_not_read;
+      if (opt.packed_in_memory && read_packed_cache(dir, *m.file, matrices, &pool, own, &why_not_read)) {
+        m.packed = std::move(own);
+        m.packed_origin += "; read into memory from it";
+      } else if (opt.packed_in_memory) {
+        m.packed_origin += "; left mapped: " + why_not_read;
+      }
     } else {
       pack_all(m, matrices, &pool);
-      m.packed_origin = "packed at load (" + why_not_mapped + "); cache not written: " + note;
+      m.packed_origin = "packed at load (" + why_not_used + "); cache not written: " + note;
     }
   }
   release_file_pages(matrices);

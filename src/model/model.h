@@ -17,6 +17,10 @@ struct LoadOptions {
   // Folder of the packed-weight cache (model/packed_cache.h); empty: pack at every load, write nothing.
   // The front ends default to default_packed_cache_dir(); library callers opt in.
   std::string packed_cache_dir;
+  // Read the cache file's copies into this process's memory instead of mapping the file
+  // (read_packed_cache: a copy at every load, for VMs whose page cache reads slower than fresh memory).
+  // Without a cache folder the copies are packed into memory anyway.
+  bool packed_in_memory = false;
 };
 
 struct Model {
