@@ -633,6 +633,24 @@ int cmd_bench(int argc, char** argv, int first) {
           " decoded token streams, where they lie); the highest rate of the latter alone and decode's\n"
           " share of it; then the share of the token's time spent inside the matrix products and the\n"
           " bandwidth they reach while running)\n");
+      // Where the weights themselves read much slower than the read loop's own (fresh) buffer, decode
+      // cannot reach the bandwidth, and on a VM the likely reason is the memory under a long-held page
+      // cache (model/packed_cache.h, read_packed_cache): say so, and what helps.
+      double weights_gbs = 0;
+      for (const auto& r : results) {
+        const auto it = r.extra.find("decode_plain_read_gbs");
+        if (it != r.extra.end() && it->second > 0)
+          weights_gbs = weights_gbs > 0 ? std::min(weights_gbs, it->second) : it->second;
+      }
+      if (weights_gbs > 0 && weights_gbs < 0.9 * peaks.read_gbs && model->packed.bytes() > 0 &&
+          model->packed_origin.rfind("mapped from", 0) == 0) {
+        std::printf(
+            "note: the weights read at %.1f GB/s where they lie, %.0f %% of the read bandwidth: the memory "
+            "under a\n"
+            " page cache that has held a file for a while can be slower than fresh memory (seen on VMs);\n"
+            " --pack-in-memory reads the packed weights into this process's memory at load instead\n",
+            weights_gbs, 100 * weights_gbs / peaks.read_gbs);
+      }
     }
     for (const std::string& t : product_tables) std::printf("%s", t.c_str());
     std::printf("memory: peak RSS %s, KV cache %s (%s, %d cells), weights packed %s (%s%s)\n",
