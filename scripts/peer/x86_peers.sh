@@ -4,6 +4,7 @@
 # other per file and repetition, then the time to first token; prints a Markdown table with the ratios.
 #
 #   scripts/peer/x86_peers.sh --llama BIN [--ik BIN] [--isa avx2] [--reps 2] [--work DIR] [--files LIST]
+#                             [--gem4-flags "FLAGS"]
 #
 #   BIN      a peer's build folder of binaries (llama-bench, llama-quantize). This script builds no
 #            peer. The README's tables used (CPU only, Release; outside this repository):
@@ -19,6 +20,8 @@
 #   --work   where the generated files are kept and reused (default /tmp/gem4-peers; ~41 GB for all four
 #            and their F16 sources, which may be deleted once the quantized files exist).
 #   --files  which of e2b-q8_0,e2b-q4_0,e2b-q4_k_m,e4b-q4_0 (default all).
+#   --gem4-flags  more flags for gem4's bench runs, e.g. "--pack-in-memory" (README, "Decode against the
+#            read bandwidth"); the time to first token is measured without them.
 #   --report-only  print the table again from the last run's results in --work (measures nothing).
 #
 # The files are E2B/E4B-shaped with random weights: `gem4 make-model --preset e2b|e4b --type f16`,
@@ -29,7 +32,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 gem4="$here/build/bin/gem4"
 llama="" ik="" isa="" reps=2 rounds=2 work=/tmp/gem4-peers files="e2b-q8_0,e2b-q4_0,e2b-q4_k_m,e4b-q4_0"
-report_only=0
+report_only=0 gem4_flags=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --llama) llama="$2"; shift 2 ;;
@@ -39,8 +42,9 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --files) files="$2"; shift 2 ;;
+    --gem4-flags) gem4_flags="$2"; shift 2 ;;
     --report-only) report_only=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "x86_peers: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -64,7 +68,7 @@ echo "x86_peers: log in $log" >&2
   grep -m1 'model name' /proc/cpuinfo | sed 's/.*: /CPU: /'
   echo "cpu family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //'), model $(grep -m1 '^model\s' /proc/cpuinfo | sed 's/.*: //'), $threads threads"
   echo "ISA: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx_vnni|avx512f|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
-  echo "gem4 $(git -C "$here" log -1 --format=%h), kernel set: ${isa:-the best this CPU has}"
+  echo "gem4 $(git -C "$here" log -1 --format=%h), kernel set: ${isa:-the best this CPU has}, bench flags: ${gem4_flags:-none}"
   echo "llama.cpp: $llama${ik:+; ik_llama.cpp: $ik}"
 } | tee "$work/x86_peers.machine" >>"$log"
 
@@ -92,7 +96,7 @@ for name in ${files//,/ }; do
       "$ik/llama-bench" -m "$file" -t "$threads" -p 512 -n 32 -r "$reps" -rtr 1 2>>"$log" |
         sed "s/^/ik $name $round /" >>"$results"
     fi
-    GEM4_ISA="$isa" "$gem4" bench -m "$file" -t "$threads" -p 512 -n 32 -r "$reps" --prune 1,0 --roofline \
+    GEM4_ISA="$isa" "$gem4" bench -m "$file" -t "$threads" -p 512 -n 32 -r "$reps" --prune 1,0 --roofline $gem4_flags \
       2>>"$log" | sed "s/^/gem4 $name $round /" >>"$results"
   done
 done

@@ -9,6 +9,7 @@
 #include <new>
 #include <vector>
 
+#include "gguf/large_alloc.h"
 #include "kernels/cpu_features.h"
 #include "kernels/fnv1a.h"
 #include "kernels/thread_pool.h"
@@ -258,8 +259,10 @@ void PackedStore::adopt_mapping(void* base, size_t length) {
   mappings_.push_back(std::unique_ptr<void, Unmap>(base, Unmap{length}));
 }
 
-void PackedStore::adopt_memory(void* base, size_t length) {
-  memory_.push_back(std::unique_ptr<void, Unmap>(base, Unmap{length}));
+void PackedStore::FreeLarge::operator()(void* p) const { free_large(p, length); }
+
+void PackedStore::adopt_memory(void* block, size_t length) {
+  memory_.push_back(std::unique_ptr<void, FreeLarge>(block, FreeLarge{length}));
 }
 
 std::vector<ByteSpan> PackedStore::mappings() const {

@@ -96,9 +96,9 @@ class PackedStore {
   MatrixView add(const MatrixView& w, ThreadPool* pool);
   // Keeps a mapping (released with munmap) whose bytes hold packed copies.
   void adopt_mapping(void* base, size_t length);
-  // Keeps an anonymous mapping (released with munmap) whose bytes hold packed copies read from a file:
-  // memory of this process, not a file mapping (not among mappings()).
-  void adopt_memory(void* base, size_t length);
+  // Keeps a block from allocate_large (gguf/large_alloc.h; released with free_large) whose bytes hold
+  // packed copies read from a file: memory of this process, not a file mapping (not among mappings()).
+  void adopt_memory(void* block, size_t length);
   // w with `packed` pointing at `copy` (inside an adopted mapping, packed_matrix_bytes(w) bytes).
   MatrixView attach(const MatrixView& w, const uint8_t* copy);
   size_t bytes() const { return bytes_; }
@@ -114,7 +114,12 @@ class PackedStore {
     void operator()(void* p) const;
   };
   std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
-  std::vector<std::unique_ptr<void, Unmap>> mappings_, memory_;
+  struct FreeLarge {
+    size_t length;
+    void operator()(void* p) const;
+  };
+  std::vector<std::unique_ptr<void, Unmap>> mappings_;
+  std::vector<std::unique_ptr<void, FreeLarge>> memory_;
   size_t bytes_ = 0;
 };
 
