@@ -80,17 +80,19 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
   }
   ThreadPool pool(packing_threads());
   const std::string& dir = opt.packed_cache_dir;
-  std::string why_not_used, pages;
+  std::string why_not_read, why_not_used, pages;
   if (!dir.empty() && opt.packed_in_memory &&
-      read_packed_cache(dir, *m.file, matrices, &pool, m.packed, &why_not_used)) {
+      read_packed_cache(dir, *m.file, matrices, &pool, m.packed, &why_not_read)) {
     m.packed_origin = "read into memory from " + packed_cache_path(dir, m.file->path());
     release_file_pages(matrices);
     return;
   }
-  if (!dir.empty() && !opt.packed_in_memory &&
-      map_packed_cache(dir, *m.file, matrices, m.packed, &why_not_used, &pages)) {
+  // Not read into memory (no memory for it, a read error): a current cache is still mapped rather than
+  // packed again; a cache that is not current fails here for the same reason.
+  if (!dir.empty() && map_packed_cache(dir, *m.file, matrices, m.packed, &why_not_used, &pages)) {
     m.packed_origin = "mapped from " + packed_cache_path(dir, m.file->path());
     if (!pages.empty()) m.packed_origin += "; " + pages;
+    if (opt.packed_in_memory) m.packed_origin += " (not read into memory: " + why_not_read + ")";
     release_file_pages(matrices);
     return;
   }
@@ -104,7 +106,6 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
       // The copies were just made in the cache file's pages; asked for them in memory, read them there
       // (from the page cache) as a later load would.
       PackedStore own;
-      std::string why_not_read;
       if (opt.packed_in_memory && read_packed_cache(dir, *m.file, matrices, &pool, own, &why_not_read)) {
         m.packed = std::move(own);
         m.packed_origin += "; read into memory from it";
