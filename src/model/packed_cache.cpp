@@ -309,16 +309,21 @@ bool read_packed_cache(const std::string& dir, const gguf::GgufFile& file,
   constexpr int64_t kPiece = int64_t{64} << 20;
   std::atomic<bool> failed{false};
   std::atomic<int> error{0};
-  parallel_for_dynamic(pool, (int64_t(bytes) + kPiece - 1) / kPiece, 1 << 20,
-                       [&](int64_t p0, int64_t p1, int) {
-                         for (int64_t p = p0; p < p1 && !failed; ++p) {
-                           const size_t at = size_t(p * kPiece), n = std::min(size_t(kPiece), bytes - at);
-                           if (!read_exact(c.f.fd, static_cast<uint8_t*>(mem) + at, n, at)) {
-                             error = errno;
-                             failed = true;
-                           }
-                         }
-                       });
+  auto read_pieces = [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1 && !failed; ++p) {
+      const size_t at = size_t(p * kPiece), n = std::min(size_t(kPiece), bytes - at);
+      errno = 0;  // read_exact leaves it alone at the end of the file
+      if (!read_exact(c.f.fd, static_cast<uint8_t*>(mem) + at, n, at)) {
+        error = errno;
+        failed = true;
+      }
+    }
+  };
+  const int64_t pieces = (int64_t(bytes) + kPiece - 1) / kPiece;
+  if (pool)
+    pool->parallel_for_dynamic(pieces, 1, read_pieces);
+  else
+    read_pieces(0, pieces, 0);
   if (failed) {
     free_large(mem, bytes);
     *why =
