@@ -642,13 +642,12 @@ int cmd_bench(int argc, char** argv, int first) {
         if (it != r.extra.end() && it->second > 0)
           weights_gbs = weights_gbs > 0 ? std::min(weights_gbs, it->second) : it->second;
       }
-      if (weights_gbs > 0 && weights_gbs < 0.9 * peaks.read_gbs && model->packed.bytes() > 0 &&
-          model->packed_origin.rfind("mapped from", 0) == 0) {
+      if (weights_gbs > 0 && weights_gbs < 0.9 * peaks.read_gbs && !model->packed.mappings().empty()) {
         std::printf(
-            "note: the weights read at %.1f GB/s where they lie, %.0f %% of the read bandwidth: the memory "
-            "under a\n"
-            " page cache that has held a file for a while can be slower than fresh memory (seen on VMs);\n"
-            " --pack-in-memory reads the packed weights into this process's memory at load instead\n",
+            "note: the weights read at %.1f GB/s where they lie, %.0f %% of the read bandwidth:\n"
+            " the memory under a page cache that has held a file for a while can be slower than\n"
+            " fresh memory (seen on VMs); --pack-in-memory reads the packed weights into this\n"
+            " process's memory at load instead\n",
             weights_gbs, 100 * weights_gbs / peaks.read_gbs);
       }
     }

@@ -46,13 +46,13 @@ bool map_packed_cache(const std::string& dir, const gguf::GgufFile& file,
                       std::span<MatrixView* const> matrices, PackedStore& store, std::string* why,
                       std::string* pages_note = nullptr);
 
-// Like map_packed_cache, but reads the copies into this process's own memory (an anonymous mapping kept
-// by `store`) instead of mapping the file, `pool`'s threads reading 64 MiB pieces in parallel. Costs a
-// copy at every load (0.3-1.7 s for an E2B Q4_0 file's 1.3 GiB on the target VMs, most of it the host
-// handing over fresh memory) and the memory of a second copy while the page cache keeps the file. Why
-// one would: on a VM the memory under a page cache that has held a file for a while can read slower
-// than fresh memory (on a Firecracker VM, plain reads of a long-cached E2B Q8_0 cache ran at 17 GB/s
-// where the same bytes copied into fresh memory read at 23; decode 20.1-20.8 against 24.3-25.7 GB/s).
+// Like map_packed_cache, but reads the copies into this process's own memory (2 MiB pages from
+// allocate_large, kept by `store`) instead of mapping the file, `pool`'s threads reading 64 MiB pieces in
+// parallel. Costs a copy at every load (0.23-4.0 s for an E2B Q4_0 file's 1.3 GiB on the target VMs,
+// most of it the host handing over fresh memory) and the memory of a second copy while the page cache
+// keeps the file. Why one would: on a VM the memory under a page cache that has held a file for a while
+// can read slower than fresh memory (on a Firecracker VM, plain reads of a long-cached E2B Q8_0 cache ran at
+// 17 GB/s where the same bytes copied into fresh memory read at 23; decode 20.1-20.8 against 24.3-25.7 GB/s).
 bool read_packed_cache(const std::string& dir, const gguf::GgufFile& file,
                        std::span<MatrixView* const> matrices, ThreadPool* pool, PackedStore& store,
                        std::string* why);
