@@ -368,6 +368,27 @@ TEST(TokenizerSmall, FromGgufMatchesHandBuiltAndNamesBadKeys) {
   EXPECT_TRUE(has(msg, "only the 'gemma4' tokenizer")) << msg;
   msg = error_of([](gguf::GgufWriter& w) { w.set_string_array("tokenizer.ggml.token_type", {"x"}); });
   EXPECT_TRUE(has(msg, "tokenizer.ggml.token_type: expected an array of int32")) << msg;
+  // A token text twice (the index is built with lookups ahead of the inserts): both ids named, late
+  // in the array too, past the lookahead.
+  std::vector<std::string> repeated = v.data.tokens;
+  for (int k = 0; k < 40; ++k) repeated.push_back("t" + std::to_string(k));
+  repeated.push_back("t7");
+  std::vector<int32_t> repeated_types = v.data.types;
+  repeated_types.resize(repeated.size(), 1);  // normal tokens
+  msg = error_of([&](gguf::GgufWriter& w) {
+    w.set_string_array("tokenizer.ggml.tokens", repeated);
+    w.set_i32_array("tokenizer.ggml.token_type", repeated_types);
+  });
+  EXPECT_TRUE(has(msg, "duplicate token 't7' at ids " + std::to_string(v.data.tokens.size() + 7) + " and " +
+                           std::to_string(repeated.size() - 1)))
+      << msg;
+  // Token types stored as uint32 read as the int32 ones.
+  std::vector<uint32_t> unsigned_types(v.data.types.begin(), v.data.types.end());
+  const auto as_u32 =
+      open(write([&](gguf::GgufWriter& w) { w.set_u32_array("tokenizer.ggml.token_type", unsigned_types); }));
+  const Tokenizer from_u32 = Tokenizer::from_gguf(*as_u32);
+  for (int32_t id = 0; id < int32_t(v.data.types.size()); ++id)
+    EXPECT_EQ(from_u32.token_type(id), from_file.token_type(id)) << id;
 }
 
 TEST(TokenizerSmall, LlamaNormalization) {

@@ -350,6 +350,15 @@ Value ValueArray::operator[](size_t k) const {
   return v;
 }
 
+int64_t ValueArray::int_at(size_t k) const {
+  const bool plain_int = type_ != ValueType::UINT64 && type_ != ValueType::FLOAT32 &&
+                         type_ != ValueType::FLOAT64 && type_ != ValueType::STRING &&
+                         type_ != ValueType::ARRAY;
+  if (!packed_ || k >= count_ || !plain_int) return (*this)[k].as_int();  // as_int's checks and errors
+  const ScalarFields x = fields_of_bytes(type_, raw_.data() + k * scalar_size(type_));
+  return x.i;
+}
+
 std::string_view ValueArray::string_at(size_t k) const {
   if (!packed_) {
     const Value& v = values_.at(k);

@@ -155,7 +155,7 @@ VocabData keys_from_gguf(const gguf::GgufFile& file) {
         !(t->elem_type == gguf::ValueType::INT32 || t->elem_type == gguf::ValueType::UINT32))
       key_error(file, types_key, "expected an array of int32");
     d.types.reserve(t->elems.size());
-    for (const gguf::Value& e : t->elems) d.types.push_back(static_cast<int32_t>(e.as_int()));
+    for (size_t k = 0; k < t->elems.size(); ++k) d.types.push_back(static_cast<int32_t>(t->elems.int_at(k)));
   }
 
   // Special ids: an id outside the vocabulary is ignored, as llama.cpp does (it warns).
@@ -245,12 +245,25 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
   while (capacity < 2 * n) capacity <<= 1;
   index_.assign(capacity, 0);
   index_mask_ = capacity - 1;
+  // Each token's hash is taken kAhead tokens before its lookup and its slot prefetched then: the
+  // index (4 MiB for the real vocabulary) is fresh memory beyond L2, and one token after the other
+  // every lookup waited on it.
+  constexpr int32_t kAhead = 16;
+  uint64_t hashes[kAhead];
+  auto hash_ahead = [&](int32_t id) {
+    const uint64_t h = string_hash(symbol_text(id));
+    __builtin_prefetch(&index_[h & index_mask_]);
+    hashes[id % kAhead] = h;
+  };
+  for (int32_t id = 0; id < std::min(kAhead, n_tokens_); ++id) hash_ahead(id);
   for (int32_t id = 0; id < n_tokens_; ++id) {
-    if (const int32_t other = index_find(symbol_text(id)); other != kNoToken)
+    const uint64_t h = hashes[id % kAhead];
+    if (const int32_t other = index_find(symbol_text(id), h); other != kNoToken)
       throw TokenizerError(source_ + ": tokenizer.ggml.tokens: duplicate token '" +
                            std::string(symbol_text(id)) + "' at ids " + std::to_string(other) + " and " +
                            std::to_string(id));
-    index_insert(id);
+    index_insert(id, h);
+    if (id + kAhead < n_tokens_) hash_ahead(id + kAhead);
   }
 
   types_.assign(n, TokenType::Normal);
@@ -520,7 +533,9 @@ int32_t Vocab::index_find(std::string_view s, uint64_t h) const {
   }
 }
 
-void Vocab::index_insert(int32_t sym) {
+void Vocab::index_insert(int32_t sym) { index_insert(sym, string_hash(symbol_text(sym))); }
+
+void Vocab::index_insert(int32_t sym, uint64_t h) {
   if (2 * (index_used_ + 1) > index_.size()) {  // keep the load factor under 1/2
     LargeVector<uint64_t> old;
     old.swap(index_);
@@ -528,13 +543,12 @@ void Vocab::index_insert(int32_t sym) {
     index_mask_ = index_.size() - 1;
     for (uint64_t slot : old) {
       if (slot == 0) continue;
-      const uint64_t h = string_hash(symbol_text(static_cast<int32_t>((slot & 0xFFFFFFFFu) - 1)));
-      uint64_t i = h & index_mask_;
+      const uint64_t old_h = string_hash(symbol_text(static_cast<int32_t>((slot & 0xFFFFFFFFu) - 1)));
+      uint64_t i = old_h & index_mask_;
       while (index_[i] != 0) i = (i + 1) & index_mask_;
       index_[i] = slot;
     }
   }
-  const uint64_t h = string_hash(symbol_text(sym));
   uint64_t i = h & index_mask_;
   while (index_[i] != 0) i = (i + 1) & index_mask_;
   index_[i] = ((h >> 32) << 32) | (static_cast<uint64_t>(sym) + 1);
@@ -549,7 +563,7 @@ int32_t Vocab::intern(std::string_view s, uint64_t h) {
   const int32_t sym = static_cast<int32_t>(offsets_.size() - 1);
   pool_ += s;
   offsets_.push_back(static_cast<uint32_t>(pool_.size()));
-  index_insert(sym);
+  index_insert(sym, h);
   return sym;
 }
 
