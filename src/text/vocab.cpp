@@ -533,8 +533,6 @@ int32_t Vocab::index_find(std::string_view s, uint64_t h) const {
   }
 }
 
-void Vocab::index_insert(int32_t sym) { index_insert(sym, string_hash(symbol_text(sym))); }
-
 void Vocab::index_insert(int32_t sym, uint64_t h) {
   if (2 * (index_used_ + 1) > index_.size()) {  // keep the load factor under 1/2
     LargeVector<uint64_t> old;

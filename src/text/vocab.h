@@ -151,7 +151,6 @@ class Vocab {
   std::string_view symbol_text(int32_t sym) const {
     return std::string_view(pool_).substr(offsets_[sym], offsets_[sym + 1] - offsets_[sym]);
   }
-  void index_insert(int32_t sym);
   void index_insert(int32_t sym, uint64_t hash);  // hash: string_hash of sym's text
   int32_t index_find(std::string_view s) const;
   int32_t index_find(std::string_view s, uint64_t hash) const;  // hash: string_hash(s)
