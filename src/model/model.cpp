@@ -99,9 +99,11 @@ std::string copy_unpacked_matrices(Model& m, ThreadPool* pool) {
   };
   constexpr size_t kPiece = size_t{16} << 20;
   std::vector<Piece> pieces;
+  std::vector<ByteSpan> originals;
   size_t at = 0;
   for (MatrixView* v : rest) {
     const size_t bytes = size_t(v->out) * v->row_bytes;
+    originals.push_back({static_cast<const uint8_t*>(v->data), bytes});
     for (size_t off = 0; off < bytes; off += kPiece)
       pieces.push_back(
           {static_cast<const uint8_t*>(v->data) + off, block + at + off, std::min(kPiece, bytes - off)});
@@ -112,6 +114,9 @@ std::string copy_unpacked_matrices(Model& m, ThreadPool* pool) {
     for (int64_t p = p0; p < p1; ++p) std::memcpy(pieces[p].to, pieces[p].from, pieces[p].bytes);
   });
   m.packed.adopt_memory(block, total);
+  // The copied matrices' pages of the file mapping are dropped, as release_file_pages drops the packed
+  // ones', so that resident memory stays about one copy of the weights.
+  for (const ByteSpan& o : originals) advise_pages(o.data, o.size, MADV_DONTNEED);
   const std::string what =
       rest.size() == 1 ? " matrix without a packed copy" : " matrices without packed copies";
   return "; " + std::to_string(rest.size()) + what + " (" + size + ") copied too";
