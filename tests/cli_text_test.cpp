@@ -452,6 +452,24 @@ TEST(CliInspect, NamesTheFileType) {
   EXPECT_NE(b.out.find("| gemma4 6L Q8_0 |"), std::string::npos) << b.out;
 }
 
+// inspect takes its file as the one argument or, as every other command takes a model, with -m; neither
+// or both is an error that says how to give it.
+TEST(CliInspect, TakesTheFileAsArgumentOrWithDashM) {
+  const std::string path = quoted(gem4::test::testdata("llamacpp-ref/gemma4-tiny-q8_0.gguf"));
+  const CommandResult positional = gem4("inspect --no-tensors " + path);
+  ASSERT_EQ(positional.rc, 0) << positional.err;
+  const CommandResult flag = gem4("inspect --no-tensors -m " + path);
+  ASSERT_EQ(flag.rc, 0) << flag.err;
+  EXPECT_EQ(flag.out, positional.out);
+  EXPECT_NE(flag.out.find("general.file_type"), std::string::npos) << flag.out;
+  const CommandResult none = gem4("inspect --no-tensors");
+  EXPECT_NE(none.rc, 0);
+  EXPECT_NE(none.err.find("gem4 inspect FILE or -m FILE"), std::string::npos) << none.err;
+  const CommandResult both = gem4("inspect -m " + path + " " + path);
+  EXPECT_NE(both.rc, 0);
+  EXPECT_NE(both.err.find("expected one GGUF file, got 2"), std::string::npos) << both.err;
+}
+
 // `gem4 chat --session FILE`: a conversation saved after each turn goes on in a later process, with
 // the earlier prompt's K/V read back from FILE.kv instead of recomputed, and the reply is the one a
 // single process holding both turns gives.

@@ -1,4 +1,5 @@
-// gem4 inspect FILE: metadata, the tensor table, parameter and size totals, and the derived layer plan.
+// gem4 inspect FILE (or -m FILE, as the other commands take a model): metadata, the tensor table, parameter
+// and size totals, and the derived layer plan.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -13,15 +14,21 @@
 namespace gem4::cli {
 
 int cmd_inspect(int argc, char** argv, int first) {
-  Args a("inspect", "Shows a GGUF file's metadata, tensors, totals and (for Gemma 4) the layer plan.");
+  Args a("inspect",
+         "Shows a GGUF file's metadata, tensors, totals and (for Gemma 4) the layer plan.\n"
+         "gem4 inspect FILE [options], or gem4 inspect -m FILE [options]");
+  a.value("-m,--model", "FILE", "GGUF file (or give it as the one argument)");
   a.flag("--no-tensors", "omit the tensor table");
   a.flag("--no-metadata", "omit the metadata listing");
   if (!a.parse(argc, argv, first)) {
     std::printf("%s", a.help().c_str());
     return 0;
   }
-  if (a.positional().size() != 1) throw ArgError("inspect: expected one GGUF file");
-  const std::string path = a.positional()[0];
+  const size_t files = a.positional().size() + (a.has("--model") ? 1 : 0);
+  if (files != 1)
+    throw ArgError(files == 0 ? "inspect: expected a GGUF file (gem4 inspect FILE or -m FILE)"
+                              : "inspect: expected one GGUF file, got " + std::to_string(files));
+  const std::string path = a.has("--model") ? a.str("--model") : a.positional()[0];
   auto f = gguf::GgufFile::open(path);
   std::printf("file: %s\nGGUF v%u, %zu bytes, alignment %llu, %zu metadata keys, %zu tensors\n", path.c_str(), f->version(),
               f->file_size(), (unsigned long long)f->alignment(), f->metadata().size(), f->tensors().size());
