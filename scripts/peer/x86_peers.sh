@@ -101,15 +101,28 @@ for name in ${files//,/ }; do
   done
 done
 
-# Time to first token of the issue's short prompt (E2B Q4_0), hot page cache: five runs after one.
+# Time to first token of the issue's short prompt (E2B Q4_0), hot page cache: five runs after one. The
+# issue's prompt is 14 tokens with the real Gemma 4 vocabulary; the files above have make-model's
+# synthetic one (a token per character: 67 tokens), so this file is gem4's own E2B Q4_0 with the real
+# vocabulary copied in (`make-model --vocab`), as the issue's files were made with gem4 make-model.
 ttft=""
 if [[ ",$files," == *",e2b-q4_0,"* ]]; then
-  file="$work/e2b-q4_0.gguf"
+  vocab="$here/../shared/testdata/tokenizer/gemma4-vocab.gguf"
+  file="$work/e2b-q4_0-vocab.gguf"
+  if [ ! -f "$vocab" ]; then
+    echo "x86_peers: no $vocab: time to first token on the synthetic vocabulary" >&2
+    file="$work/e2b-q4_0.gguf"
+  elif [ ! -f "$file" ]; then
+    "$gem4" make-model --preset e2b --type q4_0 --vocab "$vocab" -o "$file.tmp" >>"$log" 2>&1
+    mv "$file.tmp" "$file"
+  fi
   for i in 0 1 2 3 4 5; do
-    t=$(GEM4_ISA="$isa" "$gem4" run -m "$file" -p "Hello, world! This is a test of the first token." -n 1 2>&1 >/dev/null |
-      sed -n 's/.*after the prompt, \([0-9.]*\) s after the process started.*/\1/p')
+    out=$(GEM4_ISA="$isa" "$gem4" run -m "$file" -p "Hello, world! This is a test of the first token." -n 1 2>&1 >/dev/null)
+    t=$(sed -n 's/.*after the prompt, \([0-9.]*\) s after the process started.*/\1/p' <<<"$out")
+    n=$(sed -n 's/^prompt: *\([0-9]*\) tokens.*/\1/p' <<<"$out")
     [ "$i" -gt 0 ] && ttft="$ttft $t"
   done
+  ttft="$n $(basename "$file")$ttft"
 fi
 echo "$ttft" > "$ttft_file"
 fi  # report_only
@@ -181,10 +194,13 @@ for n in names:
     line += f' {fmt(gt)}{ratio(gt, lt)}' + (f'; {ratio(gt, it).strip(" ()")} ik' if has_ik and it else '') + ' |'
     line += f' {", ".join(roof.get(n, [])) or "-"} |'
     print(line)
-t = [float(x) for x in sys.argv[2].split()]
-if t:
-    print(f'\nTime to first token, e2b-q4_0, `gem4 run -p "Hello, world! This is a test of the first token." -n 1`, '
-          f'runs 2-6: {", ".join(f"{x:.3f}" for x in t)} s')
+ttft = sys.argv[2].split()
+if ttft and '.' in ttft[0]:  # an older run's results: the times alone, on the synthetic vocabulary
+    ttft = ['67', 'e2b-q4_0.gguf'] + ttft
+if len(ttft) > 2:  # the prompt's tokens, the file, then the times of runs 2-6
+    t = [float(x) for x in ttft[2:]]
+    print(f'\nTime to first token, {ttft[1]}, `gem4 run -p "Hello, world! This is a test of the first token." -n 1` '
+          f'({ttft[0]} prompt tokens), runs 2-6: {", ".join(f"{x:.3f}" for x in t)} s')
 print('\nAcceptance (#16): pruned pp512 >= 4x llama.cpp (E2B), >= 2.2x (E4B Q4_0), >= 2.5x ik; unpruned >= 1.3x;'
       ' tg32 >= 1.15x llama.cpp and >= ik, >= 85 % of the read bandwidth; TTFT <= 0.5 s.')
 EOF
