@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <initializer_list>
 #include <span>
 #include <system_error>
@@ -226,6 +227,25 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
                          " entries for " + std::to_string(n) + " tokens");
   n_tokens_ = static_cast<int32_t>(n);
 
+  // The merge tables are most of the memory here (24 MiB for the real vocabulary), and on a VM the
+  // first touch of fresh memory can cost more than filling it (the host backs each page then, 55-70 ms
+  // of a start on an Ice Lake VM): a helper thread takes them while this one builds the string index.
+  LargeVector<ResolvedMerge> resolved;
+  std::exception_ptr tables_error;
+  auto allocate_tables = [&] {
+    try {
+      allocate_merge_tables(merges.size(), resolved);
+    } catch (...) {
+      tables_error = std::current_exception();
+    }
+  };
+  std::jthread tables;  // joined below, or on the way out of an error
+  try {
+    tables = std::jthread(allocate_tables);
+  } catch (const std::system_error&) {  // no thread: this one does it
+    allocate_tables();
+  }
+
   size_t bytes = 0;
   for (size_t i = 0; i < n; ++i) bytes += tokens[i].empty() ? 24 : tokens[i].size();
   if (bytes >= UINT32_MAX / 2) throw TokenizerError(source_ + ": tokenizer.ggml.tokens too large");
@@ -300,7 +320,9 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
                    [&](int32_t a, int32_t b) { return symbol_text(a).size() > symbol_text(b).size(); });
 
   build_pieces();
-  build_merges(merges);
+  if (tables.joinable()) tables.join();
+  if (tables_error) std::rethrow_exception(tables_error);
+  build_merges(merges, resolved);
   for (int c = 0; c < 128; ++c) {
     const char ch = static_cast<char>(c);
     ascii_symbols_[c] = index_find(std::string_view(&ch, 1));
@@ -398,12 +420,15 @@ void Vocab::build_pieces() {
   }
 }
 
-void Vocab::build_merges(Strings merges) {
+void Vocab::allocate_merge_tables(size_t n_merges, LargeVector<ResolvedMerge>& resolved) {
   size_t capacity = 16;
-  while (capacity < merges.size() * 2) capacity <<= 1;
+  while (capacity < n_merges * 2) capacity <<= 1;
   merge_slots_.assign(capacity, MergeSlot{kEmptyKey, Merge{0, 0}});
   merge_mask_ = capacity - 1;
+  resolved.resize(n_merges);
+}
 
+void Vocab::build_merges(Strings merges, LargeVector<ResolvedMerge>& resolved) {
   // Why two phases and prefetches: the real vocabulary has ~500k merges, and both the string index
   // (~1 M slots) and the merge table (~1 M slots) are far larger than the caches, so each lookup and
   // each insert waits on memory (0.2 s of every start when done one after the other).
@@ -414,11 +439,6 @@ void Vocab::build_merges(Strings merges) {
   // get their ids in rank order, as a one-pass build gives them), and each pair is inserted kAhead
   // pairs after its table slot was prefetched.
   constexpr size_t kAhead = 16;
-  struct Resolved {
-    uint32_t pos;   // the space between left and right; 0: the merge can never apply
-    int32_t id[3];  // left, right, left + right; kNoToken: not a symbol yet
-  };
-  LargeVector<Resolved> resolved(merges.size());
   auto resolve = [&](size_t begin, size_t end) {
     struct Split {
       uint32_t pos = 0;
@@ -442,7 +462,7 @@ void Vocab::build_merges(Strings merges) {
     for (size_t r = begin; r < std::min(begin + kAhead, end); ++r) split(merges[r], ring[r % kAhead]);
     for (size_t rank = begin; rank < end; ++rank) {
       Split& sp = ring[rank % kAhead];
-      Resolved& out = resolved[rank];
+      ResolvedMerge& out = resolved[rank];
       out.pos = sp.pos;
       if (sp.pos) {
         const std::string_view m = merges[rank];
@@ -483,7 +503,7 @@ void Vocab::build_merges(Strings merges) {
   };
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const Resolved& res = resolved[rank];
+    const ResolvedMerge& res = resolved[rank];
     if (!res.pos) continue;  // can never apply
     const std::string_view m = merges[rank];
     const std::string_view left = m.substr(0, res.pos), right = m.substr(res.pos + 1);

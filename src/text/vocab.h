@@ -146,7 +146,14 @@ class Vocab {
   void build(const VocabData& data, Strings tokens, Strings merges);
   void derive_attributes();
   void build_pieces();
-  void build_merges(Strings merges);
+  // A merge's parts as found among the symbols before any merge is read (build_merges' phase 1).
+  struct ResolvedMerge {
+    uint32_t pos;   // the space between left and right; 0: the merge can never apply
+    int32_t id[3];  // left, right, left + right; kNoToken: not a symbol yet
+  };
+  // The merge table (empty) and `resolved` (n_merges entries): their memory, touched.
+  void allocate_merge_tables(size_t n_merges, LargeVector<ResolvedMerge>& resolved);
+  void build_merges(Strings merges, LargeVector<ResolvedMerge>& resolved);
   int32_t intern(std::string_view s, uint64_t hash);  // symbol id of `s`, adding it when new
   std::string_view symbol_text(int32_t sym) const {
     return std::string_view(pool_).substr(offsets_[sym], offsets_[sym + 1] - offsets_[sym]);
