@@ -240,11 +240,13 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
     }
   };
   std::jthread tables;  // joined below, or on the way out of an error
-  try {
-    tables = std::jthread(allocate_tables);
-  } catch (const std::system_error&) {  // no thread: this one does it
-    allocate_tables();
+  if (merges.size() >= 4096) {  // worth a thread (as phase 1 of build_merges)
+    try {
+      tables = std::jthread(allocate_tables);
+    } catch (const std::system_error&) {  // none could be started: this one does it
+    }
   }
+  if (!tables.joinable()) allocate_tables();
 
   size_t bytes = 0;
   for (size_t i = 0; i < n; ++i) bytes += tokens[i].empty() ? 24 : tokens[i].size();
