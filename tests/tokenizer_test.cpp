@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -723,6 +725,115 @@ TEST(TokenizerTiny, ValidTxtTokenCount) {
   const Ids ids = t.encode(text, true, false);
   EXPECT_EQ(ids.size(), 46465u);
   EXPECT_EQ(t.decode(ids), "<bos>" + text);
+}
+
+// ---- the merge table kept on disk (vocab_cache.cpp) ----------------------------------------------
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/gem4_merges_XXXXXX";
+    path = ::mkdtemp(t) ? t : "";
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::string only_cache_file(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) found.push_back(e.path().string());
+  EXPECT_EQ(found.size(), 1u);  // one file, no temporaries left
+  return found.empty() ? "" : found[0];
+}
+
+// The real vocabulary with a cache folder: the first load builds the table and writes it, the next
+// maps it, and both give llama.cpp's ids on every golden. A file damaged, cut short or of another
+// version is noticed, rebuilt over and mapped again on the load after.
+TEST(TokenizerGemma4, MergeTableKeptOnDiskGivesTheSameIds) {
+  const TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  auto file = gguf::GgufFile::open(testdata("tokenizer/gemma4-vocab.gguf"));
+  const std::vector<GoldenCase> cases = load_goldens();
+  auto check = [&](const Tokenizer& t, const std::string& origin_part) {
+    EXPECT_NE(t.vocab().merge_table_origin().find(origin_part), std::string::npos)
+        << t.vocab().merge_table_origin();
+    EXPECT_EQ(t.vocab().n_merges(), gemma4().vocab().n_merges());
+    for (const GoldenCase& c : cases) EXPECT_EQ(t.encode(c.text, false, c.parse_special), c.ids) << c.name;
+  };
+  check(Tokenizer::from_gguf(*file, dir.path), "(no cache file yet), " + dir.path);
+  const std::string path = only_cache_file(dir.path);
+  EXPECT_NE(path.find("/vocab-"), std::string::npos) << path;
+  check(Tokenizer::from_gguf(*file, dir.path), "mapped from " + path);
+
+  auto edit = [&](const std::function<void(std::string&)>& change) {
+    std::string bytes = read_file(path);
+    change(bytes);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  edit([](std::string& b) { b[b.size() - 7] ^= 0x40; });  // a merge slot's byte
+  check(Tokenizer::from_gguf(*file, dir.path), "is damaged");
+  check(Tokenizer::from_gguf(*file, dir.path), "mapped from");
+  edit([](std::string& b) { b.resize(b.size() - 16); });
+  check(Tokenizer::from_gguf(*file, dir.path), "does not match this vocabulary or its own sizes");
+  edit([](std::string& b) { b[8] ^= 1; });  // the format version
+  check(Tokenizer::from_gguf(*file, dir.path), "is not one this build writes");
+  check(Tokenizer::from_gguf(*file, dir.path), "mapped from");
+  only_cache_file(dir.path);
+
+  // A folder that cannot be made: built as without one, and the reason given.
+  const std::string blocked = dir.path + "/plain-file";
+  std::ofstream(blocked) << "x";
+  check(Tokenizer::from_gguf(*file, blocked + "/sub"), "not kept: cannot create");
+}
+
+// A vocabulary whose merges make symbols that are not tokens and glue characters: through a cache
+// file, every symbol keeps its id and every merge its rank and result, and the ids are the same.
+TEST(TokenizerSmall, MergeTableKeptOnDiskKeepsSymbolsAndGlue) {
+  std::mt19937 rng(11);
+  auto word = [&] {
+    std::string w;
+    for (int n = 1 + int(rng() % 3); n > 0; --n) w += char('a' + rng() % 4);
+    return w;
+  };
+  std::vector<std::string> normal = {"a", "b", "c", "d", kSpace + "a", "\xC3\xA9"};
+  std::vector<std::string> merges = {"\xC3\xA9 " + kSpace + "a", "d " + kSpace + "a"};
+  for (int k = 0; k < 5000; ++k) merges.push_back(word() + " " + word());
+  SmallVocab v = make_vocab(normal, merges);
+  gguf::GgufWriter w;
+  w.set_string("tokenizer.ggml.model", v.data.model);
+  w.set_string_array("tokenizer.ggml.tokens", v.data.tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", v.data.types);
+  w.set_string_array("tokenizer.ggml.merges", v.data.merges);
+  w.set_u32("tokenizer.ggml.bos_token_id", 2);
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const auto file = gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "vocab.gguf");
+  const TempDir dir;
+  const Tokenizer plain = Tokenizer::from_gguf(*file);
+  const Tokenizer first = Tokenizer::from_gguf(*file, dir.path);
+  const Tokenizer mapped = Tokenizer::from_gguf(*file, dir.path);
+  ASSERT_NE(mapped.vocab().merge_table_origin().find("mapped from"), std::string::npos)
+      << mapped.vocab().merge_table_origin();
+  const Vocab& a = plain.vocab();
+  const Vocab& b = mapped.vocab();
+  ASSERT_EQ(a.n_merges(), b.n_merges());
+  int new_symbols = 0;
+  for (const std::string& m : merges) {
+    const size_t pos = m.find(' ', 1);
+    const std::string left = m.substr(0, pos), right = m.substr(pos + 1);
+    for (const std::string& s : {left, right, left + right}) {
+      EXPECT_EQ(a.symbol(s), b.symbol(s)) << s;
+      new_symbols += a.symbol(s) >= a.n_tokens();
+    }
+    const auto ma = a.merge(a.symbol(left), a.symbol(right)), mb = b.merge(b.symbol(left), b.symbol(right));
+    ASSERT_TRUE(ma && mb) << m;
+    EXPECT_EQ(ma->rank, mb->rank);
+    EXPECT_EQ(ma->result, mb->result);
+  }
+  EXPECT_GT(new_symbols, 100);
+  EXPECT_TRUE(b.glues_to_following_space("\xC3\xA9"));
+  EXPECT_TRUE(b.glues_to_following_space("d"));
+  EXPECT_FALSE(b.glues_to_following_space("c"));
+  for (const std::string text : {"abcd a\xC3\xA9 a", "dd a ba cab", "a b c d"})
+    EXPECT_EQ(mapped.encode(text, true, false), plain.encode(text, true, false)) << text;
 }
 
 }  // namespace

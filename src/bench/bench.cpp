@@ -330,7 +330,7 @@ int cmd_bench(int argc, char** argv, int first) {
     const bool has_merges = model->file->has("tokenizer.ggml.merges") &&
                             !model->file->find("tokenizer.ggml.merges")->elems.empty();
     if (has_merges) {
-      const auto tok = text::Tokenizer::from_gguf(*model->file);
+      const auto tok = text::Tokenizer::from_gguf(*model->file, model->cache_dir);
       spec_prompt = tok.encode(
           "And God said, Let there be light: and there was light. And God saw the light, that it was good: "
           "and God divided the light from the darkness. And God called the light Day, and the darkness he "

@@ -126,7 +126,7 @@ int cmd_chat(int argc, char** argv, int first) {
   if (!a.has("-m")) throw ArgError("chat: -m FILE is required");
   auto model = Model::load(a.str("-m"), load_options(a));
   std::fprintf(stderr, "chat: weights %s\n", model->packed_origin.c_str());
-  const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
+  const auto tokenizer = text::Tokenizer::from_gguf(*model->file, model->cache_dir);
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
   const bool think = a.on("--think");
   generate::GenerateRequest req;

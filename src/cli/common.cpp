@@ -44,8 +44,8 @@ int thread_count(const Args& a) {
 
 void declare_load_flags(Args& a) {
   a.value("--pack-cache", "DIR|off",
-          "keep the weights packed for the kernels in DIR, so later loads map them instead of repacking "
-          "(off: pack at every load)",
+          "keep the weights packed for the kernels (and the tokenizer's merge table) in DIR, so later loads "
+          "map them instead of repacking (off: pack at every load)",
           "$GEM4_PACK_CACHE, else $XDG_CACHE_HOME/gem4 or ~/.cache/gem4");
   a.flag("--pack-in-memory",
          "read the packed weights from the cache file into this process's memory instead of mapping it "

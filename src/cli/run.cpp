@@ -76,10 +76,12 @@ int cmd_run(int argc, char** argv, int first) {
   const double t_load0 = seconds_since_process_start();
   auto model = Model::load(a.str("-m"), load_options(a));
   const double t_load1 = seconds_since_process_start();
-  const auto tokenizer = text::Tokenizer::from_gguf(*model->file);
-  std::fprintf(stderr, "load: model %.3f s (%s of weights packed for the kernels: %s), tokenizer %.3f s\n",
-               t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(),
-               model->packed_origin.c_str(), seconds_since_process_start() - t_load1);
+  const auto tokenizer = text::Tokenizer::from_gguf(*model->file, model->cache_dir);
+  std::fprintf(
+      stderr,
+      "load: model %.3f s (%s of weights packed for the kernels: %s), tokenizer %.3f s (merge table %s)\n",
+      t_load1 - t_load0, human_bytes(double(model->packed.bytes())).c_str(), model->packed_origin.c_str(),
+      seconds_since_process_start() - t_load1, tokenizer.vocab().merge_table_origin().c_str());
   const bool add_bos = !a.on("--no-bos") && tokenizer.add_bos_default();
   ThreadPool pool(thread_count(a));
   // Images and audio: encoded by the projector, their soft tokens placed where the prompt's

@@ -14,7 +14,8 @@ std::vector<int32_t> tokenize_file(const Model& model, const std::string& path, 
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (f.bad()) throw std::runtime_error("error reading text file " + path);
   // Plain text: special-token spellings in the file stay text (llama-perplexity's parse_special=false).
-  return text::Tokenizer::from_gguf(*model.file).encode(text, add_bos, /*parse_special=*/false);
+  return text::Tokenizer::from_gguf(*model.file, model.cache_dir)
+      .encode(text, add_bos, /*parse_special=*/false);
 }
 
 }  // namespace gem4::cli

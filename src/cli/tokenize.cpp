@@ -4,13 +4,13 @@
 // so a vocab-only file works.
 #include <cstdio>
 #include <iostream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "gguf/gguf.h"
+#include "model/packed_cache.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -63,7 +63,7 @@ int json_lines_filter(Handle handle) {
 text::Tokenizer open_tokenizer(const Args& a, const char* command) {
   if (!a.has("-m")) throw ArgError(std::string(command) + ": -m FILE is required");
   const auto file = gguf::GgufFile::open(a.str("-m"));
-  return text::Tokenizer::from_gguf(*file);
+  return text::Tokenizer::from_gguf(*file, default_packed_cache_dir());
 }
 
 }  // namespace

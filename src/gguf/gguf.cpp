@@ -359,6 +359,25 @@ int64_t ValueArray::int_at(size_t k) const {
   return x.i;
 }
 
+uint64_t ValueArray::strings_hash() const {
+  const std::hash<std::string_view> hash;
+  const size_t n = size();
+  if (holds_strings()) {  // the buffer of bytes and the lengths (offsets from 0) as they are kept
+    const uint64_t bytes = hash(std::string_view(pool_.data() + offsets_[0], offsets_[n] - offsets_[0]));
+    uint64_t lengths = n;
+    for (size_t k = 0; k < n; ++k) lengths = lengths * 0x100000001B3ull + (offsets_[k + 1] - offsets_[k]);
+    return bytes ^ (hash(std::string_view(reinterpret_cast<const char*>(&lengths), sizeof lengths)) * 3);
+  }
+  std::string all;  // the same two parts, gathered
+  uint64_t lengths = n;
+  for (size_t k = 0; k < n; ++k) {
+    const std::string_view s = string_at(k);
+    all += s;
+    lengths = lengths * 0x100000001B3ull + s.size();
+  }
+  return hash(all) ^ (hash(std::string_view(reinterpret_cast<const char*>(&lengths), sizeof lengths)) * 3);
+}
+
 std::string_view ValueArray::string_at(size_t k) const {
   if (!packed_) {
     const Value& v = values_.at(k);

@@ -189,6 +189,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     advise_pages(it->second.data, it->second.nbytes, MADV_RANDOM);
   }
   pack_file_matrices(*m, opt);
+  m->cache_dir = opt.packed_cache_dir;
   return m;
 }
 

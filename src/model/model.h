@@ -31,6 +31,9 @@ struct Model {
   ModelWeights weights;
   PackedStore packed;                    // packed copies of weights' matrices (see pack_file_matrices)
   std::string packed_origin;             // where the packed copies came from, for the front ends to print
+  // The cache folder the model was loaded with ("": none): the front ends keep the tokenizer's merge
+  // table there too (text::Tokenizer::from_gguf).
+  std::string cache_dir;
 
   // Opens a GGUF file (mmap); throws with the file name and the offending key or tensor.
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opt = {});

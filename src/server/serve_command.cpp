@@ -186,7 +186,7 @@ int cmd_serve(int argc, char** argv, int first) {
 
   auto model = Model::load(a.str("-m"), load_options(a));
   std::fprintf(stderr, "gem4 serve: weights %s\n", model->packed_origin.c_str());
-  const text::Tokenizer tokenizer = text::Tokenizer::from_gguf(*model->file);
+  const text::Tokenizer tokenizer = text::Tokenizer::from_gguf(*model->file, model->cache_dir);
   const int n_ctx_train = model->config.n_ctx_train > 0 ? model->config.n_ctx_train : 4096;
   so.n_ctx = a.has("--ctx") ? int(int_flag("--ctx", 2, 1 << 24)) : std::min(n_ctx_train, 4096);
   if (so.n_ctx > n_ctx_train)

@@ -299,8 +299,8 @@ void append_llama_normalized(std::string& out, std::string_view raw) {
   }
 }
 
-Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) {
-  return Tokenizer(std::make_shared<const Vocab>(file));
+Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file, const std::string& merge_cache_dir) {
+  return Tokenizer(std::make_shared<const Vocab>(file, merge_cache_dir));
 }
 
 Tokenizer::Tokenizer(VocabData data) : vocab_(std::make_shared<const Vocab>(std::move(data))) {}

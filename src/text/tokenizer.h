@@ -26,8 +26,10 @@ namespace gem4::text {
 
 class Tokenizer {
  public:
-  // Reads the tokenizer.ggml.* keys of `file`. Throws TokenizerError.
-  static Tokenizer from_gguf(const gguf::GgufFile& file);
+  // Reads the tokenizer.ggml.* keys of `file`. Throws TokenizerError. With a `merge_cache_dir` the
+  // BPE merge table is kept there between runs (Vocab, vocab_cache.cpp); the front ends give the
+  // folder of the packed-weight cache.
+  static Tokenizer from_gguf(const gguf::GgufFile& file, const std::string& merge_cache_dir = "");
   explicit Tokenizer(VocabData data);
 
   // Text -> ids. add_bos prepends bos() (throws if the vocabulary has none).

@@ -1,6 +1,9 @@
 #include "text/vocab.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <initializer_list>
@@ -205,16 +208,25 @@ std::string_view Vocab::Strings::operator[](size_t k) const {
   return vec_ ? std::string_view((*vec_)[k]) : arr_->string_at(k);
 }
 
-Vocab::Vocab(VocabData data) { build(data, Strings(data.tokens), Strings(data.merges)); }
+Vocab::Vocab(VocabData data) { build(data, Strings(data.tokens), Strings(data.merges), MergeCacheRef{}); }
 
-Vocab::Vocab(const gguf::GgufFile& file) {
+Vocab::Vocab(const gguf::GgufFile& file, const std::string& merge_cache_dir) {
   // Missing or mistyped keys and arrays are reported before the model name is checked, as before.
   const VocabData keys = keys_from_gguf(file);
-  build(keys, Strings(string_array(file, "tokenizer.ggml.tokens").elems),
-        Strings(string_array(file, "tokenizer.ggml.merges").elems));
+  const gguf::ValueArray& tokens = string_array(file, "tokenizer.ggml.tokens").elems;
+  const gguf::ValueArray& merges = string_array(file, "tokenizer.ggml.merges").elems;
+  MergeCacheRef cache;
+  if (!merge_cache_dir.empty()) {
+    // Named by what the table is made from: every file with the same vocabulary shares one.
+    cache.key = mix64(mix64(tokens.strings_hash()) ^ merges.strings_hash());
+    char name[48];
+    std::snprintf(name, sizeof name, "vocab-%016llx.gem4merges", static_cast<unsigned long long>(cache.key));
+    cache.path = merge_cache_dir + "/" + name;
+  }
+  build(keys, Strings(tokens), Strings(merges), cache);
 }
 
-void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
+void Vocab::build(const VocabData& data, Strings tokens, Strings merges, const MergeCacheRef& merge_cache) {
   source_ = data.source;
   if (data.model != "gemma4")
     throw TokenizerError(source_ + ": tokenizer.ggml.model is '" + data.model +
@@ -240,13 +252,15 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
     }
   };
   std::jthread tables;  // joined below, or on the way out of an error
-  if (merges.size() >= 4096) {  // worth a thread (as phase 1 of build_merges)
+  // Not where a cache file will most likely give the table.
+  const bool cache_file = !merge_cache.path.empty() && ::access(merge_cache.path.c_str(), R_OK) == 0;
+  if (merges.size() >= 4096 && !cache_file) {  // worth a thread (as phase 1 of build_merges)
     try {
       tables = std::jthread(allocate_tables);
     } catch (const std::system_error&) {  // none could be started: this one does it
     }
   }
-  if (!tables.joinable()) allocate_tables();
+  if (!tables.joinable() && !cache_file) allocate_tables();
 
   size_t bytes = 0;
   for (size_t i = 0; i < n; ++i) bytes += tokens[i].empty() ? 24 : tokens[i].size();
@@ -322,9 +336,24 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges) {
                    [&](int32_t a, int32_t b) { return symbol_text(a).size() > symbol_text(b).size(); });
 
   build_pieces();
-  if (tables.joinable()) tables.join();
-  if (tables_error) std::rethrow_exception(tables_error);
-  build_merges(merges, resolved);
+  std::string why;
+  if (!merge_cache.path.empty() && map_merge_cache(merge_cache, merges.size(), &why)) {
+    merge_table_origin_ = "mapped from " + merge_cache.path;
+  } else {
+    if (tables.joinable()) tables.join();
+    if (tables_error) std::rethrow_exception(tables_error);
+    if (cache_file) allocate_tables();  // not done above: the cache file was expected to serve
+    if (tables_error) std::rethrow_exception(tables_error);
+    build_merges(merges, resolved);
+    merge_table_ = merge_slots_.data();
+    if (!merge_cache.path.empty()) {
+      merge_table_origin_ = "built (" + why + ")";
+      std::string not_kept;
+      merge_table_origin_ += write_merge_cache(merge_cache, merges.size(), &not_kept)
+                                 ? ", " + merge_cache.path + " written"
+                                 : ", not kept: " + not_kept;
+    }
+  }
   for (int c = 0; c < 128; ++c) {
     const char ch = static_cast<char>(c);
     ascii_symbols_[c] = index_find(std::string_view(&ch, 1));
@@ -541,6 +570,8 @@ void Vocab::build_merges(Strings merges, LargeVector<ResolvedMerge>& resolved) {
 
 // --- string index ---------------------------------------------------------------------------
 
+uint64_t Vocab::symbol_hash(std::string_view s) { return string_hash(s); }
+
 int32_t Vocab::index_find(std::string_view s) const { return index_find(s, string_hash(s)); }
 
 int32_t Vocab::index_find(std::string_view s, uint64_t h) const {
@@ -627,7 +658,7 @@ std::optional<Merge> Vocab::merge(int32_t left, int32_t right) const {
   if (left < 0 || right < 0) return std::nullopt;
   const uint64_t key = pair_key(left, right);
   for (uint64_t i = mix64(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
-    const MergeSlot& slot = merge_slots_[i];
+    const MergeSlot& slot = merge_table_[i];
     if (slot.key == key) return slot.value;
     if (slot.key == kEmptyKey) return std::nullopt;
   }

@@ -7,6 +7,7 @@
 // gives EOG = {1 <eos>, 50 <|tool_response>, 106 <turn|>} and makes <|tool_response> CONTROL.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -87,7 +88,11 @@ class Vocab {
   explicit Vocab(VocabData data);
   // Reads the tokenizer.ggml.* keys of `file`; the tokens and merges are read in place, not copied
   // (the real vocabulary has ~800k of them). Throws TokenizerError naming the file and key.
-  explicit Vocab(const gguf::GgufFile& file);
+  // With a `merge_cache_dir`, the BPE merge table is kept there between runs (vocab_cache.cpp): mapped
+  // from a file made by an earlier run from the same tokens and merges, else built and written there.
+  explicit Vocab(const gguf::GgufFile& file, const std::string& merge_cache_dir = "");
+  Vocab(const Vocab&) = delete;  // merge_table_ points into its own storage
+  Vocab& operator=(const Vocab&) = delete;
 
   int n_tokens() const { return n_tokens_; }
   bool valid(int32_t id) const { return id >= 0 && id < n_tokens(); }
@@ -124,6 +129,9 @@ class Vocab {
   int32_t ascii_symbol(uint8_t c) const { return ascii_symbols_[c & 0x7f]; }
   std::optional<Merge> merge(int32_t left, int32_t right) const;
   int n_merges() const { return n_merges_; }
+  // Where the merge table came from: "built", "mapped from FILE", or "built, FILE written" (or why
+  // not, or why a cache file found was not used).
+  const std::string& merge_table_origin() const { return merge_table_origin_; }
 
   // Characters after which a U+2581 can be merged onto (some merge joins a left part ending in
   // that character to a right part starting with U+2581). The tokenizer never splits a line there.
@@ -142,8 +150,13 @@ class Vocab {
     const std::vector<std::string>* vec_ = nullptr;
     const gguf::ValueArray* arr_ = nullptr;
   };
-  // What both constructors do: `data` gives everything but the tokens and merges.
-  void build(const VocabData& data, Strings tokens, Strings merges);
+  // What both constructors do: `data` gives everything but the tokens and merges. `merge_cache` names
+  // the merge table's cache file ("": none) and the key it must have been made with.
+  struct MergeCacheRef {
+    std::string path;
+    uint64_t key = 0;
+  };
+  void build(const VocabData& data, Strings tokens, Strings merges, const MergeCacheRef& merge_cache);
   void derive_attributes();
   void build_pieces();
   // A merge's parts as found among the symbols before any merge is read (build_merges' phase 1).
@@ -154,7 +167,13 @@ class Vocab {
   // The merge table (empty) and `resolved` (n_merges entries): their memory, touched.
   void allocate_merge_tables(size_t n_merges, LargeVector<ResolvedMerge>& resolved);
   void build_merges(Strings merges, LargeVector<ResolvedMerge>& resolved);
+  // The merge table kept on disk (vocab_cache.cpp). map_merge_cache: true once the table, the symbols
+  // that merges made and the glue characters are taken from a verified cache file (its mapping kept);
+  // false, with *why, leaving everything as it was. write_merge_cache: the built table, best effort.
+  bool map_merge_cache(const MergeCacheRef& cache, size_t n_merge_strings, std::string* why);
+  bool write_merge_cache(const MergeCacheRef& cache, size_t n_merge_strings, std::string* why) const;
   int32_t intern(std::string_view s, uint64_t hash);  // symbol id of `s`, adding it when new
+  static uint64_t symbol_hash(std::string_view s);    // the hash the index keys a symbol's text by
   std::string_view symbol_text(int32_t sym) const {
     return std::string_view(pool_).substr(offsets_[sym], offsets_[sym + 1] - offsets_[sym]);
   }
@@ -193,7 +212,10 @@ class Vocab {
   std::vector<uint8_t> eog_flags_;
   std::vector<int32_t> eog_ids_;
   std::vector<int32_t> special_tokens_;
-  LargeVector<MergeSlot> merge_slots_;
+  LargeVector<MergeSlot> merge_slots_;      // the table when built here
+  const MergeSlot* merge_table_ = nullptr;  // the table in use: merge_slots_ or a cache file's mapping
+  std::shared_ptr<const void> merge_cache_mapping_;
+  std::string merge_table_origin_ = "built";
   uint64_t merge_mask_ = 0;
   int n_merges_ = 0;
   bool ascii_glue_[128] = {};
