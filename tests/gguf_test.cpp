@@ -288,6 +288,28 @@ TEST(GgufValueArray, PackedAndGenericArraysReadBackTheirElements) {
   EXPECT_TRUE(numbers.empty());
 }
 
+// strings_hash (a cache key, text/vocab_cache.cpp) tells string arrays apart by their bytes and where
+// they split: the same strings hash alike however they were pushed, a different split or order does not.
+TEST(GgufValueArray, StringsHashSeesBytesSplitAndOrder) {
+  auto strings = [](std::vector<std::string> v) {
+    ValueArray a;
+    for (const std::string& s : v) a.push_string(s);
+    return a;
+  };
+  ValueArray built;
+  built = std::vector<Value>{make_string("ab"), make_string("c")};
+  EXPECT_EQ(strings({"ab", "c"}).strings_hash(), built.strings_hash());
+  EXPECT_NE(strings({"ab", "c"}).strings_hash(), strings({"a", "bc"}).strings_hash());
+  EXPECT_NE(strings({"ab", "c"}).strings_hash(), strings({"c", "ab"}).strings_hash());
+  EXPECT_NE(strings({"ab", "c"}).strings_hash(), strings({"ab", "c", ""}).strings_hash());
+  EXPECT_NE(strings({"ab", "c"}).strings_hash(), strings({"ab", "d"}).strings_hash());
+  EXPECT_EQ(ValueArray().strings_hash(), strings({}).strings_hash());
+  ValueArray mixed;
+  mixed.push_back(make_scalar(ValueType::INT32, 1, 1, 1));
+  mixed.push_string("x");
+  EXPECT_THROW(mixed.strings_hash(), std::out_of_range);
+}
+
 // Arrays of scalars keep the file's bytes (one to eight per element, not a Value each) and give back
 // each element's three fields as a scalar read alone gives them: integers mirrored into u, i and f,
 // floats in f, a bool as 0 or 1. Extremes of every type, through a file; then in code, where a value
