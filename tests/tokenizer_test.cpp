@@ -88,6 +88,27 @@ struct SmallVocab {
   int32_t byte(int b) const { return 9 + b; }
 };
 
+// The bytes of a GGUF file holding v's tokenizer keys (eos 1, bos 2), then whatever `edit` changes.
+std::vector<uint8_t> vocab_gguf(const SmallVocab& v,
+                                const std::function<void(gguf::GgufWriter&)>& edit = {}) {
+  gguf::GgufWriter w;
+  w.set_string("tokenizer.ggml.model", v.data.model);
+  w.set_string_array("tokenizer.ggml.tokens", v.data.tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", v.data.types);
+  w.set_string_array("tokenizer.ggml.merges", v.data.merges);
+  w.set_u32("tokenizer.ggml.eos_token_id", 1);
+  w.set_u32("tokenizer.ggml.bos_token_id", 2);
+  if (edit) edit(w);
+  return w.to_bytes();
+}
+
+// One to three letters of "abcd": words that make merges reuse each other's symbols.
+std::string short_word(std::mt19937& rng) {
+  std::string w;
+  for (int n = 1 + int(rng() % 3); n > 0; --n) w += char('a' + rng() % 4);
+  return w;
+}
+
 SmallVocab make_vocab(const std::vector<std::string>& normal, const std::vector<std::string>& merges) {
   SmallVocab v;
   auto add = [&](const std::string& t, TokenType type) {
@@ -280,17 +301,13 @@ TEST(TokenizerSmall, LoadErrors) {
 // that earlier ones created.
 TEST(TokenizerSmall, ManyMergesGiveSymbolsAndRanksOfOnePassInRankOrder) {
   std::mt19937 rng(7);
-  auto word = [&] {
-    std::string w;
-    for (int n = 1 + int(rng() % 3); n > 0; --n) w += char('a' + rng() % 4);
-    return w;
-  };
   std::vector<std::string> normal;
   for (int k = 0; k < 30; ++k)
-    if (std::string w = word(); std::find(normal.begin(), normal.end(), w) == normal.end())
+    if (std::string w = short_word(rng); std::find(normal.begin(), normal.end(), w) == normal.end())
       normal.push_back(w);
   std::vector<std::string> merges;
-  for (int k = 0; k < 12000; ++k) merges.push_back(k % 997 == 5 ? word() : word() + " " + word());
+  for (int k = 0; k < 12000; ++k)
+    merges.push_back(k % 997 == 5 ? short_word(rng) : short_word(rng) + " " + short_word(rng));
   SmallVocab v = make_vocab(normal, merges);
   const Vocab vocab(v.data);
 
@@ -322,17 +339,7 @@ TEST(TokenizerSmall, ManyMergesGiveSymbolsAndRanksOfOnePassInRankOrder) {
 // vocabulary built by hand, and a file missing or mistyping a key is an error naming file and key.
 TEST(TokenizerSmall, FromGgufMatchesHandBuiltAndNamesBadKeys) {
   SmallVocab v = make_vocab({"a", "b", "ab", "c"}, {"a b", "ab c"});
-  auto write = [&](const std::function<void(gguf::GgufWriter&)>& edit) {
-    gguf::GgufWriter w;
-    w.set_string("tokenizer.ggml.model", v.data.model);
-    w.set_string_array("tokenizer.ggml.tokens", v.data.tokens);
-    w.set_i32_array("tokenizer.ggml.token_type", v.data.types);
-    w.set_string_array("tokenizer.ggml.merges", v.data.merges);
-    w.set_u32("tokenizer.ggml.eos_token_id", 1);
-    w.set_u32("tokenizer.ggml.bos_token_id", 2);
-    edit(w);
-    return w.to_bytes();
-  };
+  auto write = [&](const std::function<void(gguf::GgufWriter&)>& edit) { return vocab_gguf(v, edit); };
   auto open = [](const std::vector<uint8_t>& bytes) {
     return gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "vocab.gguf");
   };
@@ -789,22 +796,11 @@ TEST(TokenizerGemma4, MergeTableKeptOnDiskGivesTheSameIds) {
 // file, every symbol keeps its id and every merge its rank and result, and the ids are the same.
 TEST(TokenizerSmall, MergeTableKeptOnDiskKeepsSymbolsAndGlue) {
   std::mt19937 rng(11);
-  auto word = [&] {
-    std::string w;
-    for (int n = 1 + int(rng() % 3); n > 0; --n) w += char('a' + rng() % 4);
-    return w;
-  };
   std::vector<std::string> normal = {"a", "b", "c", "d", kSpace + "a", "\xC3\xA9"};
   std::vector<std::string> merges = {"\xC3\xA9 " + kSpace + "a", "d " + kSpace + "a"};
-  for (int k = 0; k < 5000; ++k) merges.push_back(word() + " " + word());
+  for (int k = 0; k < 5000; ++k) merges.push_back(short_word(rng) + " " + short_word(rng));
   SmallVocab v = make_vocab(normal, merges);
-  gguf::GgufWriter w;
-  w.set_string("tokenizer.ggml.model", v.data.model);
-  w.set_string_array("tokenizer.ggml.tokens", v.data.tokens);
-  w.set_i32_array("tokenizer.ggml.token_type", v.data.types);
-  w.set_string_array("tokenizer.ggml.merges", v.data.merges);
-  w.set_u32("tokenizer.ggml.bos_token_id", 2);
-  const std::vector<uint8_t> bytes = w.to_bytes();
+  const std::vector<uint8_t> bytes = vocab_gguf(v);
   const auto file = gguf::GgufFile::from_memory(bytes.data(), bytes.size(), "vocab.gguf");
   const TempDir dir;
   const Tokenizer plain = Tokenizer::from_gguf(*file);
