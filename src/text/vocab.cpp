@@ -252,7 +252,7 @@ void Vocab::build(const VocabData& data, Strings tokens, Strings merges, const M
     }
   };
   std::jthread tables;  // joined below, or on the way out of an error
-  // Not where a cache file will most likely give the table.
+  // None where a cache file is there to give the table (allocated below if it does not).
   const bool cache_file = !merge_cache.path.empty() && ::access(merge_cache.path.c_str(), R_OK) == 0;
   if (merges.size() >= 4096 && !cache_file) {  // worth a thread (as phase 1 of build_merges)
     try {
