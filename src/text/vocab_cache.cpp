@@ -84,7 +84,7 @@ bool get_strings(std::string_view in, size_t& at, std::vector<std::string_view>&
   at += sizeof n;
   if ((in.size() - at) / sizeof(uint32_t) < n) return false;
   std::vector<uint32_t> lengths(n);
-  std::memcpy(lengths.data(), in.data() + at, n * sizeof(uint32_t));
+  if (n > 0) std::memcpy(lengths.data(), in.data() + at, n * sizeof(uint32_t));  // (a null dst is UB)
   at += n * sizeof(uint32_t);
   strings.clear();
   for (uint32_t len : lengths) {
