@@ -120,7 +120,8 @@ bool Vocab::map_merge_cache(const MergeCacheRef& cache, size_t n_merge_strings, 
   }
   if (h.key != cache.key || h.n_tokens != static_cast<uint64_t>(n_tokens_) ||
       h.n_merge_strings != n_merge_strings || h.n_symbols < h.n_tokens ||
-      h.n_symbols >= uint64_t{INT32_MAX} || !slots_fit || h.extra_bytes % 64 != 0 || h.extra_bytes > size ||
+      h.n_symbols >= uint64_t{INT32_MAX} || !slots_fit || h.extra_bytes % 64 != 0 ||
+      h.extra_bytes > size - sizeof h ||
       size - sizeof h - h.extra_bytes != h.table_slots * sizeof(MergeSlot)) {
     *why = "cache file " + cache.path + " does not match this vocabulary or its own sizes";
     return false;
