@@ -4,8 +4,9 @@
 // so a vocab-only file works.
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
