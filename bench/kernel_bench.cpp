@@ -347,13 +347,13 @@ constexpr Shape kShapes[] = {
     {"E2B_ffn_down", 6144, 1536}, {"E4B_q", 2560, 2048},      {"E4B_ffn_up", 2560, 10240},
 };
 
-// Each benchmark on the GGUF layout; the packable types also on the packed layout the model loads into
+// Each benchmark on the GGUF layout; the types with a packed layout also on the one the model loads into
 // (named "<type>_packed/..."); BF16 with the f32 kernels ("bf16/...") and, where the CPU has
 // AVX512_BF16, with vdpbf16ps ("bf16_dot/...").
 void register_matmul(const std::string& rest, GgmlType t, int64_t in, int64_t out, int64_t rows, int threads,
                      double min_time) {
   for (bool packed : {false, true}) {
-    if (packed && !packable_type(t)) continue;
+    if (packed && !has_packed_layout(t)) continue;
     for (Bf16Dot dot : {Bf16Dot::Off, Bf16Dot::On}) {
       if (dot == Bf16Dot::On && (t != GgmlType::BF16 || !cpu_features().avx512bf16)) continue;
       const std::string name =

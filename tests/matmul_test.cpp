@@ -63,7 +63,8 @@ struct Weights {
   size_t row_bytes;
   std::vector<uint8_t> data;
   std::vector<float> deq;  // dequantized, out x in
-  std::shared_ptr<PackedStore> store;  // the packed copy (packable types, on CPUs with a SIMD set)
+  std::shared_ptr<PackedStore>
+      store;  // the packed copy (types with a packed layout, on x86 CPUs with a SIMD set)
   MatrixView packed;                   // view with `packed` set, when there is a packed copy
   MatrixView view() const { return {type, data.data(), in, out, row_bytes}; }
   // The views the fast path must agree on under `isa`: the GGUF layout, and the packed copy where the
@@ -89,7 +90,7 @@ Weights make_weights(GgmlType t, int64_t out, int64_t in, uint32_t seed, size_t 
     quantize_row(t, row.data(), w.data.data() + o * w.row_bytes, in);
     dequantize_row(t, w.data.data() + o * w.row_bytes, w.deq.data() + o * in, in);
   }
-  if (packable_type(t)) {
+  if (has_packed_layout(t)) {
     IsaOverride o(Isa::Avx512);  // clamped to the CPU: no packed copy where only the scalar set runs
     w.store = std::make_shared<PackedStore>();
     const MatrixView p = w.store->add(w.view(), nullptr);
@@ -458,18 +459,29 @@ TEST(Matmul, FastPathMatchesReferencesOnEdgeShapes) {
   }
 }
 
+// Under both decode schedules (AMD's: one panel at a time; Intel's: several in turn), whatever this
+// CPU is, so that each is checked on every machine.
 TEST(Matmul, ContiguousStridesAndManyPanels) {
   const auto isas = available_isas();
   ThreadPool pool(2);
-  for (GgmlType t : kAllTypes) {
-    const int64_t be = ggml_block_elems(t);
-    const int64_t in = be == 1 ? 160 : (be == kQK ? 192 : 512);
-    // 600 rows: many 32-row panels (threads split the output); 70 rows: few panels (threads also split the
-    // activation rows); 1 and 9 rows: the streaming kernels.
-    for (int64_t out : {70, 600}) {
-      for (int64_t rows : {1, 9, 40}) {
-        check_all_paths({t, rows, out, in, in, out}, isas, &pool);
-        if (HasFailure()) return;
+  struct Restore {
+    ~Restore() { set_gemv_schedule(GemvSchedule::Auto); }
+  } restore;
+  for (GemvSchedule schedule : {GemvSchedule::Amd, GemvSchedule::Intel}) {
+    set_gemv_schedule(schedule);
+    for (GgmlType t : kAllTypes) {
+      const int64_t be = ggml_block_elems(t);
+      const int64_t in = be == 1 ? 160 : (be == kQK ? 192 : 512);
+      // 600 rows: many 32-row panels (threads split the output); 70 rows: few panels (threads also split
+      // the activation rows); 1, 2 and 9 rows: the streaming kernels.
+      for (int64_t out : {70, 600}) {
+        for (int64_t rows : {1, 2, 9, 40}) {
+          check_all_paths({t, rows, out, in, in, out}, isas, &pool);
+          if (HasFailure()) {
+            ADD_FAILURE() << "schedule " << (schedule == GemvSchedule::Amd ? "amd" : "intel");
+            return;
+          }
+        }
       }
     }
   }

@@ -150,9 +150,8 @@ TEST_F(PackedCache, InMemoryLoadReadsTheCacheIntoItsOwnMemory) {
   EXPECT_NE(first->packed_origin.find("; read into memory from it"), std::string::npos)
       << first->packed_origin;
   auto second = load_in_memory(dir_);
-  // The F32 PLE projection has no packed copy: copied out of the GGUF mapping as well.
-  EXPECT_EQ(second->packed_origin,
-            "read into memory from " + cache_file() + "; 1 matrix without a packed copy (1 MiB) copied too");
+  // Every matrix of this file has a packed copy (the F32 PLE projection too): nothing else to copy.
+  EXPECT_EQ(second->packed_origin, "read into memory from " + cache_file());
   auto mapped = load(dir_);
   EXPECT_EQ(mapping_path_of(mapped->weights.layers[0].attn_q.packed), cache_file()) << "the check itself";
   EXPECT_EQ(mapping_path_of(mapped->weights.ple_model_proj.data), gguf_) << "the check itself";
@@ -174,6 +173,36 @@ TEST_F(PackedCache, InMemoryLoadReadsTheCacheIntoItsOwnMemory) {
   EXPECT_NE(repaired->packed_origin.find("; read into memory from it"), std::string::npos)
       << repaired->packed_origin;
   expect_same_packed(*plain, *repaired);
+}
+
+// Matrices of a type with no packed layout (F16) are copied out of the file mapping into memory too,
+// beside the packed copies read from the cache (here the F32 PLE projection's): same logits.
+TEST_F(PackedCache, InMemoryLoadCopiesTheMatricesWithoutPackedCopies) {
+  if (!packed_kernels_active()) GTEST_SKIP() << "the scalar kernel set reads no packed copies";
+  GeneratorSpec spec;
+  spec.preset = "tiny";
+  spec.type = GgmlType::F16;
+  spec.seed = 11;
+  ThreadPool pool(2);
+  write_generated_model(spec, gguf_, &pool);
+  auto plain = load("");
+  const auto want = logits(*plain);
+  load_in_memory(dir_);
+  auto m = load_in_memory(dir_);
+  EXPECT_TRUE(starts_with(m->packed_origin, "read into memory from " + cache_file() + "; "))
+      << m->packed_origin;
+  EXPECT_NE(m->packed_origin.find(" matrices without packed copies ("), std::string::npos)
+      << m->packed_origin;
+  EXPECT_TRUE(m->packed.mappings().empty());
+  int packed = 0, copied = 0;
+  for (const MatrixView* v : matrices(*m)) {
+    if (!v->data) continue;
+    (v->packed ? packed : copied)++;
+    EXPECT_EQ(mapping_path_of(v->packed ? v->packed : v->data), "") << "a copy outside anonymous memory";
+  }
+  EXPECT_EQ(packed, 1) << "the F32 PLE projection";
+  EXPECT_GT(copied, 10);
+  EXPECT_EQ(want, logits(*m));
 }
 
 TEST_F(PackedCache, ChangedModelFileIsRepacked) {

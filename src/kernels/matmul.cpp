@@ -114,6 +114,7 @@ void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t
 
 namespace {
 std::atomic<Bf16Dot> g_bf16_dot{Bf16Dot::Auto};
+std::atomic<GemvSchedule> g_gemv_schedule{GemvSchedule::Auto};
 
 #if defined(__x86_64__)
 using YmmInt8 = bool (*)(const MatmulTarget*, int, const float*, int64_t, int64_t, ThreadPool*);
@@ -125,6 +126,7 @@ YmmInt8 ymm_int8(Isa isa) {
 }  // namespace
 
 void set_bf16_dot(Bf16Dot mode) { g_bf16_dot.store(mode); }
+void set_gemv_schedule(GemvSchedule s) { g_gemv_schedule.store(s); }
 
 bool bf16_dot_active() {
   const CpuFeatures& f = cpu_features();
@@ -164,8 +166,8 @@ void matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, floa
       // off (bench --repack 0): the GGUF-layout kernels, K-quants through f32.
       const MatmulTarget target{w, y, ldy};
       if (use_packed() && packable_type(w.type) && ymm_int8(active_isa())(&target, 1, x, rows, ldx, pool)) return;
-      MatrixView plain = w;
-      plain.packed = nullptr;
+      MatrixView plain = w;  // F32 keeps its packed copy for the F32 GEMV where packed reading is on
+      if (packable_type(w.type) || !reads_packed(w)) plain.packed = nullptr;
       return matmul_detail::matmul_avx2(plain, x, rows, ldx, y, ldy, pool);
     }
 #elif defined(__aarch64__)
@@ -315,6 +317,14 @@ namespace matmul_detail {
 // set takes the same, unmeasured (no AVX-VNNI on that CPU); AMD keeps one stream: not measured there.
 bool gemv_prefetch_amd() {
   static const bool amd = cpu_features().amd;
+  switch (g_gemv_schedule.load(std::memory_order_relaxed)) {
+    case GemvSchedule::Amd:
+      return true;
+    case GemvSchedule::Intel:
+      return false;
+    case GemvSchedule::Auto:
+      break;
+  }
   return amd;
 }
 

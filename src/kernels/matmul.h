@@ -77,6 +77,12 @@ enum class Bf16Dot { Auto, On, Off };
 void set_bf16_dot(Bf16Dot mode);
 bool bf16_dot_active();  // this CPU (avx512 active and AVX512_BF16) and the mode
 
+// The decode GEMVs' schedule: their software prefetch and how many panels a thread reads at a time,
+// picked per CPU vendor (Auto; see gemv_prefetch_amd in matmul.cpp). The schedules give the same bits;
+// tests force each one so that both are checked on any machine.
+enum class GemvSchedule { Auto, Amd, Intel };
+void set_gemv_schedule(GemvSchedule s);
+
 // Plain scalar reference (dequantize each weight row, f32 dot products in order). Exact semantics
 // the fast path is tested against.
 void matmul_reference(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,

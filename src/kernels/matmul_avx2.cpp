@@ -12,7 +12,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/gemv_prefetch_x86.h"
+#include "kernels/gemv_streams.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
 #include "tensor/quant.h"
@@ -465,9 +468,19 @@ inline void load_columns(const float* const* src, int64_t k0, int len, __m256 t[
   transpose_8x8(t);
 }
 
-// Panel of 16 weight rows as [in][16] floats.
+// Panel of 16 weight rows as [in][16] floats. A packed F32 matrix (packed_matrix.h) holds it as one
+// half of its 32-row panel: copied, with no transposition.
 void build_f32_panel(const MatrixView& w, int64_t o0, int count, float* panel, float* rowbuf) {
   const int64_t n = w.in;
+  if (w.packed && w.type == GgmlType::F32) {
+    const float* half = reinterpret_cast<const float*>(w.packed) +
+                        o0 / kPackedPanelRows * n * kPackedPanelRows + o0 % kPackedPanelRows;
+    for (int64_t k = 0; k < n; ++k) {
+      _mm256_store_ps(panel + k * kF32PanelRows, _mm256_load_ps(half + k * kPackedPanelRows));
+      _mm256_store_ps(panel + k * kF32PanelRows + 8, _mm256_load_ps(half + k * kPackedPanelRows + 8));
+    }
+    return;
+  }
   const float* src[kF32PanelRows];
   f32_rows(w, o0, count, kF32PanelRows, rowbuf, src);
   for (int h = 0; h < 2; ++h) {
@@ -663,8 +676,94 @@ void f32_stream(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, 
   });
 }
 
+// F32 weights, packed (packed_matrix.h: per element k a panel's 32 rows, read as four ymm of 8 rows),
+// up to kPackedF32Rows activation rows: f32_stream_group's FMA chains (the same bits) on weights read in
+// order, with no transposition. 4 x R sums, 4 weight vectors and a broadcast fit the 16 registers for
+// R <= 2; more rows take the row kernel above.
+constexpr int kPackedF32Rows = 2;
+
+template <int S, int R>
+inline void packed_f32_block(const float* const* blk, const float* x, int64_t ldx, __m256 (*f)[R][4]) {
+#pragma GCC unroll 4
+  for (int k = 0; k < kQK; ++k) {
+#pragma GCC unroll 2
+    for (int s = 0; s < S; ++s) {
+      __m256 wv[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) wv[v] = _mm256_load_ps(blk[s] + kPackedPanelRows * k + 8 * v);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) f[s][r][v] = _mm256_fmadd_ps(wv[v], xv, f[s][r][v]);
+      }
+    }
+  }
+}
+
+// S panels (S <= 2 with one row) against R activation rows, block by block.
+template <int S, int R, GemvPrefetch kPf>
+void packed_f32_panels(const uint8_t* const* panel, int64_t nb, const float* x, int64_t ldx, float* const* y,
+                       int64_t ldy, const int* valid) {
+  __m256 f[S][R][4];
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) f[s][r][v] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* blk[S];
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* p = panel[s] + size_t(b) * kPackedF32BlockBytes;
+      gemv_prefetch<kPf>(p, kPackedF32BlockBytes);
+      blk[s] = reinterpret_cast<const float*>(p);
+    }
+    packed_f32_block<S, R>(blk, x + b * kQK, ldx, f);
+  }
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) store_outputs(y[s] + r * ldy + 8 * v, f[s][r][v], valid[s] - 8 * v);
+}
+
+// The panels handed out as the int8 GEMVs hand theirs out; with one row kStreams (1 or 2) at a time.
+template <GemvPrefetch kPf, int kStreams>
+void packed_f32_gemv_with(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
+                          int64_t ldy, ThreadPool* pool) {
+  const int64_t nb = w.in / kQK, panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * kPackedF32BlockBytes;
+  const MatmulTarget target{w, y, ldy};
+  const int64_t first_panel[2] = {0, panels};
+  hand_out_panels(pool, panels, rows == 1 && kStreams > 1, [&](int64_t p0, int64_t p1, int) {
+    int64_t p = p0;
+    if constexpr (kStreams > 1) {
+      const auto run_panels = [&](int, const uint8_t* const* pn, float* const* ys, const int* valid) {
+        packed_f32_panels<2, 1, kPf>(pn, nb, x, ldx, ys, ldy, valid);
+      };
+      if (rows == 1) p = run_panels_in_streams<2>(&target, first_panel, panel_bytes, p, p1, run_panels);
+    }
+    for (; p < p1; ++p) {
+      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
+      float* out = y + p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - p * kPackedPanelRows));
+      if (rows == 1) {
+        packed_f32_panels<1, 1, kPf>(&panel, nb, x, ldx, &out, ldy, &valid);
+      } else {
+        packed_f32_panels<1, 2, kPf>(&panel, nb, x, ldx, &out, ldy, &valid);
+      }
+    }
+  });
+}
+
+// Prefetch and streams as the int8 GEMVs' Q8_0 (int8_ymm.inc, gemv): page heads and one stream on AMD;
+// on Intel the L1 prefetch and two streams (the 16 registers hold two panels' sums, not eight).
+void packed_f32_gemv(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                     ThreadPool* pool) {
+  if (gemv_prefetch_amd()) return packed_f32_gemv_with<kPrefetchPageHeads, 1>(w, x, rows, ldx, y, ldy, pool);
+  packed_f32_gemv_with<kPrefetchL1, 2>(w, x, rows, ldx, y, ldy, pool);
+}
+
 void f32_matmul(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                 ThreadPool* pool) {
+  if (w.packed && w.type == GgmlType::F32 && rows <= kPackedF32Rows)
+    return packed_f32_gemv(w, x, rows, ldx, y, ldy, pool);
   if (rows <= kF32StreamMaxRows) return f32_stream(w, x, rows, ldx, y, ldy, pool);
   f32_gemm(w, x, rows, ldx, y, ldy, pool);
 }

@@ -765,14 +765,19 @@ void f32_gemm(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, fl
       const int64_t p = t / split.row_chunks, c = t % split.row_chunks;
       const int64_t o0 = p * kPanelRows;
       const int count = static_cast<int>(std::min<int64_t>(kPanelRows, w.out - o0));
-      if (p != built) {
+      // A packed F32 matrix (packed_matrix.h) holds every panel in this layout already.
+      static_assert(kPanelRows == kPackedPanelRows, "the packed F32 panel is the tile's");
+      const float* tile_panel = panel;
+      if (w.packed && w.type == GgmlType::F32) {
+        tile_panel = reinterpret_cast<const float*>(w.packed) + p * n * kPanelRows;
+      } else if (p != built) {
         build_f32_panel(w, o0, count, panel, rowbuf);
         built = p;
       }
       const int64_t r_end = std::min(rows, (c + 1) * split.chunk_rows);
       for (int64_t r = c * split.chunk_rows; r < r_end; r += kF32TileRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kF32TileRows, r_end - r));
-        f32_tile_any(nr, panel, xp + r * n, n, y + r * ldy + o0, ldy, count);
+        f32_tile_any(nr, tile_panel, xp + r * n, n, y + r * ldy + o0, ldy, count);
       }
     }
   });
@@ -895,6 +900,9 @@ void matmul_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ld
                    ThreadPool* pool) {
   if (w.packed && rows <= kInt8StreamMaxRows && packable_type(w.type)) {
     return packed_gemv_avx512(w, x, rows, ldx, y, ldy, pool);
+  }
+  if (w.packed && w.type == GgmlType::F32 && rows <= kPackedF32MaxRows) {
+    return packed_f32_gemv_avx512(w, x, rows, ldx, y, ldy, pool);
   }
   if (uses_int8_path(w.type)) {
     with_int8_decoder(w.type, [&](auto dec) {

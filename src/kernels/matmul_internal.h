@@ -85,6 +85,11 @@ bool matmul_shared_input_avx512(const MatmulTarget* targets, int count, const fl
 // on w.packed, and panel p of the int8 GEMM (layout of int8_panel_avx512.h) built from w.packed.
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                         ThreadPool* pool);
+// F32 weights packed at load time (packed_matrix.h), up to kPackedF32MaxRows activation rows: the
+// GGUF-layout F32 kernels' bits without their transpositions (AVX-512 and the 256-bit sets).
+constexpr int kPackedF32MaxRows = 8;
+void packed_f32_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
+                            int64_t ldy, ThreadPool* pool);
 void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel);
 // The decode GEMV of 1..4 products sharing x (same packed type and `in`, all with w.packed).
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,

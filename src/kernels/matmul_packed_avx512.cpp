@@ -643,6 +643,86 @@ void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x,
   }
 }
 
+// ------------------------------------------------------------------------------------------------
+// F32 weights, packed (per element k a panel's 32 rows as two 64-byte vectors), few activation rows:
+// the FMA chains of the GGUF-layout kernel (f32_stream_group in matmul_avx512.cpp: per output one
+// chain over k in order from +0, so the same bits), read front to back with no transposition. That
+// kernel transposes 16 x 16 blocks of the rows it streams, and on decode the shuffles, not memory,
+// were its limit: E2B's F32 per-layer-input projections ran at 25-31 GB/s against 50-68 for the
+// token's Q4_0 products (Zen 5 VM, `gem4 bench --products`).
+
+// Block b (32 elements of k) of a panel against R activation rows x (element 0 of the block).
+template <int R>
+inline void packed_f32_block(const float* blk, const float* x, int64_t ldx, __m512* f0, __m512* f1) {
+#pragma GCC unroll 8
+  for (int k = 0; k < kQK; ++k) {
+    const __m512 w0 = _mm512_load_ps(blk + kPackedPanelRows * k);
+    const __m512 w1 = _mm512_load_ps(blk + kPackedPanelRows * k + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
+      f0[r] = _mm512_fmadd_ps(w0, xv, f0[r]);
+      f1[r] = _mm512_fmadd_ps(w1, xv, f1[r]);
+    }
+  }
+}
+
+template <int R, GemvPrefetch kPf>
+void packed_f32_panel(const uint8_t* panel, int64_t nb, const float* x, int64_t ldx, float* y, int64_t ldy,
+                      int valid) {
+  __m512 f0[R], f1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = panel + size_t(b) * kPackedF32BlockBytes;
+    gemv_prefetch<kPf>(blk, kPackedF32BlockBytes);
+    packed_f32_block<R>(reinterpret_cast<const float*>(blk), x + b * kQK, ldx, f0, f1);
+  }
+  for (int r = 0; r < R; ++r) store_panel_sums(y + r * ldy, valid, f0[r], f1[r]);
+}
+
+// packed_f32_panel<rows> (1 <= rows <= kPackedF32MaxRows).
+template <GemvPrefetch kPf, int R = 1>
+void packed_f32_panel_rows(int64_t rows, const uint8_t* panel, int64_t nb, const float* x, int64_t ldx,
+                           float* y, int64_t ldy, int valid) {
+  if constexpr (R < kPackedF32MaxRows) {
+    if (rows > R) return packed_f32_panel_rows<kPf, R + 1>(rows, panel, nb, x, ldx, y, ldy, valid);
+  }
+  packed_f32_panel<R, kPf>(panel, nb, x, ldx, y, ldy, valid);
+}
+
+// The panels handed out as the int8 GEMVs hand theirs out; with one activation row kStreams at a time.
+template <GemvPrefetch kPf, int kStreams>
+void packed_f32_gemv_with(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
+                          int64_t ldy, ThreadPool* pool) {
+  const int64_t nb = w.in / kQK, panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const size_t panel_bytes = size_t(nb) * kPackedF32BlockBytes;
+  const MatmulTarget target{w, y, ldy};
+  const int64_t first_panel[2] = {0, panels};
+  hand_out_panels(pool, panels, rows == 1 && kStreams > 1, [&](int64_t p0, int64_t p1, int) {
+    int64_t p = p0;
+    if constexpr (kStreams > 1) {
+      const auto step = [&](const uint8_t* panel, int64_t b, __m512* f0, __m512* f1) {
+        const uint8_t* blk = panel + size_t(b) * kPackedF32BlockBytes;
+        gemv_prefetch<kPf>(blk, kPackedF32BlockBytes);
+        packed_f32_block<1>(reinterpret_cast<const float*>(blk), x + b * kQK, ldx, f0, f1);
+      };
+      const auto run_panels = [&](int n, const uint8_t* const* pn, float* const* ys, const int* valid) {
+        if (n == 8) packed_gemv_panels<8>(pn, nb, ys, valid, step);
+        if (n == 4) packed_gemv_panels<4>(pn, nb, ys, valid, step);
+        if (n == 2) packed_gemv_panels<2>(pn, nb, ys, valid, step);
+      };
+      if (rows == 1)
+        p = run_panels_in_streams<kStreams>(&target, first_panel, panel_bytes, p, p1, run_panels);
+    }
+    for (; p < p1; ++p) {
+      const int64_t o0 = p * kPackedPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
+      packed_f32_panel_rows<kPf>(rows, w.packed + size_t(p) * panel_bytes, nb, x, ldx, y + o0, ldy, valid);
+    }
+  });
+}
+
 }  // namespace
 
 void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_t* panel) {
@@ -669,6 +749,12 @@ void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const flo
         targets, count, x, rows, ldx, pool);
   packed_gemv_of_type<kPrefetchL1, kPrefetchL1, kPrefetchL1, kIntelStreams>(targets, count, x, rows, ldx,
                                                                             pool);
+}
+
+void packed_f32_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
+                            int64_t ldy, ThreadPool* pool) {
+  if (gemv_prefetch_amd()) return packed_f32_gemv_with<kPrefetchPageHeads, 1>(w, x, rows, ldx, y, ldy, pool);
+  packed_f32_gemv_with<kPrefetchL1, kIntelStreams>(w, x, rows, ldx, y, ldy, pool);
 }
 
 void packed_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,

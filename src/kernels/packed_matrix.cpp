@@ -148,6 +148,15 @@ void pack_panel_q6_k(const MatrixView& w, int64_t p, uint8_t* dst) {
   }
 }
 
+// F32: per element k the panel's 32 rows, rows 16h..16h+15 in the 64 bytes of half h.
+void pack_panel_f32(const MatrixView& w, int64_t p, uint8_t* dst) {
+  const float* rows[kPackedPanelRows];
+  panel_rows(w, p, rows);
+  auto* out = reinterpret_cast<float*>(dst);
+  for (int64_t k = 0; k < w.in; ++k)
+    for (int j = 0; j < kPackedPanelRows; ++j) out[k * kPackedPanelRows + j] = rows[j][k];
+}
+
 }  // namespace
 
 namespace {
@@ -176,8 +185,12 @@ bool packable_type(GgmlType t) {
          t == GgmlType::Q6_K;
 }
 
+bool has_packed_layout(GgmlType t) { return t == GgmlType::F32 || packable_type(t); }
+
 size_t packed_block_bytes(GgmlType t) {
   switch (t) {
+    case GgmlType::F32:
+      return kPackedF32BlockBytes;
     case GgmlType::Q8_0:
       return 8 * 128 + kScaleBytes;
     case GgmlType::Q4_0:
@@ -199,7 +212,9 @@ size_t packed_matrix_bytes(const MatrixView& w) {
 }
 
 void pack_panel(const MatrixView& w, int64_t p, uint8_t* out) {
-  if (w.type == GgmlType::Q8_0) {
+  if (w.type == GgmlType::F32) {
+    pack_panel_f32(w, p, out);
+  } else if (w.type == GgmlType::Q8_0) {
     pack_panel<BlockQ8_0, 8, 0x80808080u>(w, p, out);  // signed q to unsigned q + 128
   } else if (w.type == GgmlType::Q4_0) {
     pack_panel<BlockQ4_0, 4, 0u>(w, p, out);
@@ -221,7 +236,7 @@ void pack_matrix(const MatrixView& w, uint8_t* dst, ThreadPool* pool) {
 }
 
 bool wants_packed_copy(const MatrixView& w) {
-  return packable_type(w.type) && packed_kernels_active() && w.out > 0 && w.in > 0 && w.in % kQK == 0;
+  return has_packed_layout(w.type) && packed_kernels_active() && w.out > 0 && w.in > 0 && w.in % kQK == 0;
 }
 
 uint64_t packed_layout_fingerprint() {
@@ -229,7 +244,8 @@ uint64_t packed_layout_fingerprint() {
   // byte sequence: every layout rule (interleaving, padding, scale placement) shows in the hash.
   constexpr int64_t kRows = 33, kIn = 512;
   uint64_t h = kFnv1aOffsetBasis;
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t :
+       {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const size_t row_bytes = ggml_row_bytes(t, kIn);
     std::vector<uint8_t> src(row_bytes * kRows);
     uint32_t state = 12345u + uint32_t(t);

@@ -1,6 +1,6 @@
 // Weight matrices repacked once, at load time, for the int8 kernels of every SIMD kernel set (Q8_0,
-// Q4_0, Q4_K, Q5_K, Q6_K). The layout is made for 64-byte vectors; the 256-bit sets (AVX2, AVX-VNNI)
-// read each 64-byte vector as two ymm of 8 rows.
+// Q4_0, Q4_K, Q5_K, Q6_K) and for the F32 decode GEMVs. The layout is made for 64-byte vectors; the
+// 256-bit sets (AVX2, AVX-VNNI) read each 64-byte vector as two ymm of 8 rows.
 //
 // In the GGUF layout a weight row's blocks are contiguous, so a kernel that keeps one output per f32
 // lane (which batch invariance needs, see matmul_avx512.cpp) must transpose every block it reads; on
@@ -23,6 +23,8 @@
 //         the level of element 4G + k of row 16h + j, G = kQ6KSlotGroup[s] = 0, 4, 1, 5, 2, 3, and in
 //         bits 6-7 bits 2(s / 2), 2(s / 2) + 1 of that of element 4(6 + s % 2) + k) and the int8 scales
 //         of the block's lower and upper 16 elements (32 + 32 bytes).
+//   F32:  per element k of the block the 32 rows' values, rows 16h..16h+15 in the 64 bytes of half h
+//         (4096 bytes): the GEMV's FMA chains read it in order, with no transposition.
 // Q8_0, Q4_0 and Q6_K take the same bytes as the GGUF types (34, 18 and 26.25 per row and 32 elements),
 // Q4_K and Q5_K half a byte more (18.5, 22.5: their 6-bit scales and mins unpacked to bytes once, not
 // once per token).
@@ -52,9 +54,14 @@ constexpr size_t kPackedQ6KHeaderBytes = 64, kPackedQ6KBlockBytes = 6 * 128 + 64
 // the upper g + 4 (g = 0, 1), then groups 2 and 3; groups 6 and 7 ride in bits 6-7.
 constexpr int kQ6KSlotGroup[6] = {0, 4, 1, 5, 2, 3};
 constexpr size_t kPackedQ6KSuperBytes = kPackedQ6KHeaderBytes + 8 * kPackedQ6KBlockBytes;
+// F32's block: 32 elements of 32 rows.
+constexpr size_t kPackedF32BlockBytes = 32 * kPackedPanelRows * sizeof(float);
 
-// Types with a packed layout.
+// Types with a packed layout for the int8 kernels.
 bool packable_type(GgmlType t);
+// Types with a packed layout: the int8 ones and F32 (read by the F32 decode GEMVs only; prefill reads
+// F32 weights in the GGUF layout).
+bool has_packed_layout(GgmlType t);
 // Bytes of one panel's block (quants + scales); 0 for other types.
 size_t packed_block_bytes(GgmlType t);
 // Bytes of the whole packed matrix (0 when the type has no packed layout).

@@ -71,10 +71,10 @@ void release_file_pages(std::span<MatrixView* const> matrices) {
 }
 
 // With packed_in_memory, after the packed copies were read into memory: the matrices a token also
-// streams that have no packed copy (F32, F16, BF16; E2B's F32 PLE projection, 53 MiB of the 1.3 GiB an
-// E2B Q4_0 token reads) are copied out of the file mapping into this process's memory too, so that no
-// weight a token streams is left in the page cache's memory (see read_packed_cache for why that can be
-// slower). Returns what the load line says about it ("" when there is nothing to copy).
+// streams that have no packed copy (F16, BF16: F32 matrices have one) are copied out of the file
+// mapping into this process's memory too, so that no weight a token streams is left in the page
+// cache's memory (see read_packed_cache for why that can be slower). Returns what the load line says about it
+// ("" when there is nothing to copy).
 std::string copy_unpacked_matrices(Model& m, ThreadPool* pool) {
   std::vector<MatrixView*> rest;
   size_t total = 0;
