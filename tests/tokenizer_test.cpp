@@ -776,8 +776,13 @@ TEST(TokenizerGemma4, MergeTableKeptOnDiskGivesTheSameIds) {
     change(bytes);
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   };
+  // A temporary that a writer which died mid-write left (no process has that PID) goes when the file
+  // is written again.
+  const std::string abandoned = path + ".tmp-2147483000";
+  std::ofstream(abandoned) << "partial";
   edit([](std::string& b) { b[b.size() - 7] ^= 0x40; });  // a merge slot's byte
   check(Tokenizer::from_gguf(*file, dir.path), "is damaged");
+  EXPECT_FALSE(std::filesystem::exists(abandoned));
   check(Tokenizer::from_gguf(*file, dir.path), "mapped from");
   edit([](std::string& b) { b.resize(b.size() - 16); });
   check(Tokenizer::from_gguf(*file, dir.path), "does not match this vocabulary or its own sizes");

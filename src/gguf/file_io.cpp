@@ -1,8 +1,12 @@
 #include "gguf/file_io.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 namespace gem4 {
 
@@ -33,6 +37,24 @@ bool write_exact(int fd, const void* src, size_t n, uint64_t at) {
     p += r, n -= size_t(r), at += uint64_t(r);
   }
   return true;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string temporary_path(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
+
+void remove_abandoned_temporaries(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
 }
 
 }  // namespace gem4

@@ -1,7 +1,6 @@
 #include "model/packed_cache.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -81,8 +80,6 @@ struct Entry {
   uint64_t offset, bytes;
 };
 
-std::string errno_text() { return std::strerror(errno); }
-
 std::string canonical_path(const std::string& path) {
   std::error_code ec;
   std::filesystem::path full = std::filesystem::weakly_canonical(path, ec);
@@ -132,22 +129,6 @@ bool expected_contents(const gguf::GgufFile& file, std::span<MatrixView* const> 
   header->file_size = entries->empty() ? offset : entries->back().offset + entries->back().bytes;
   header->entries_hash = fnv1a(entries->data(), entries->size() * sizeof(Entry));
   return true;
-}
-
-// Removes `path`.tmp-PID files left by writers that died mid-write (PID no longer running): each can be
-// gigabytes.
-void remove_abandoned_temporaries(const std::string& path) {
-  const std::filesystem::path p(path);
-  const std::string prefix = p.filename().string() + ".tmp-";
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path(), ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
-    if (pid <= 0 || *end != '\0') continue;
-    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
-  }
 }
 
 // Removes the caches in `dir` whose GGUF file no longer exists (moved, renamed or deleted): nothing
@@ -369,7 +350,7 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
   const std::string path = packed_cache_path(dir, file.path());
   remove_abandoned_temporaries(path);
   remove_orphaned_caches(dir);
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = temporary_path(path);
   Fd f{::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) {
     *note = "cannot create " + tmp + ": " + errno_text();

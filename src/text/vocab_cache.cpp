@@ -58,8 +58,6 @@ uint64_t payload_hash(std::string_view extra, std::string_view table) {
   return hash(extra) * 0x9E3779B97F4A7C15ull ^ hash(table);
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
 // The extra section: the symbols merges made (count, lengths, bytes), the 128 ASCII glue flags, the
 // other glue characters (count, lengths, bytes); zeros up to a multiple of 64.
 struct Extra {
@@ -197,7 +195,8 @@ bool Vocab::write_merge_cache(const MergeCacheRef& cache, size_t n_merge_strings
   const std::filesystem::path path(cache.path);
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  const std::string tmp = cache.path + ".tmp-" + std::to_string(::getpid());
+  remove_abandoned_temporaries(cache.path);
+  const std::string tmp = temporary_path(cache.path);
   bool ok = false;
   {
     const Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
