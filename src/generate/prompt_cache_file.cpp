@@ -77,8 +77,6 @@ bool layout_of(uint64_t layout_bytes, uint64_t n_chunks, uint64_t chunk_tokens, 
   return !__builtin_add_overflow(out->data_offset, data, &out->file_size);
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
