@@ -57,4 +57,27 @@ void hand_out_panels(ThreadPool* pool, int64_t n, bool in_pairs, Fn&& fn) {
                       [&](int64_t u0, int64_t u1, int t) { fn(u0 * unit, std::min(n, u1 * unit), t); });
 }
 
+// One packed matrix's panels (panel_bytes each) handed out as above, each thread's chunk read with one
+// activation row kStreams panels at a time by run_panels (run_panels_in_streams), and panel by panel by
+// run_panel(panel, y, valid) where fewer are left or with more rows.
+template <int kStreams, class RunPanels, class RunPanel>
+void hand_out_matrix_panels(const MatrixView& w, float* y, int64_t ldy, size_t panel_bytes, int64_t rows,
+                            ThreadPool* pool, RunPanels&& run_panels, RunPanel&& run_panel) {
+  const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
+  const MatmulTarget target{w, y, ldy};
+  const int64_t first_panel[2] = {0, panels};
+  hand_out_panels(pool, panels, rows == 1 && kStreams > 1, [&](int64_t p0, int64_t p1, int) {
+    int64_t p = p0;
+    if constexpr (kStreams > 1) {
+      if (rows == 1)
+        p = run_panels_in_streams<kStreams>(&target, first_panel, panel_bytes, p, p1, run_panels);
+    }
+    for (; p < p1; ++p) {
+      const int64_t o0 = p * kPackedPanelRows;
+      run_panel(w.packed + size_t(p) * panel_bytes, y + o0,
+                static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0)));
+    }
+  });
+}
+
 }  // namespace gem4::matmul_detail

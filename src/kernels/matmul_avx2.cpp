@@ -727,29 +727,19 @@ void packed_f32_panels(const uint8_t* const* panel, int64_t nb, const float* x, 
 template <GemvPrefetch kPf, int kStreams>
 void packed_f32_gemv_with(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
                           int64_t ldy, ThreadPool* pool) {
-  const int64_t nb = w.in / kQK, panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
-  const size_t panel_bytes = size_t(nb) * kPackedF32BlockBytes;
-  const MatmulTarget target{w, y, ldy};
-  const int64_t first_panel[2] = {0, panels};
-  hand_out_panels(pool, panels, rows == 1 && kStreams > 1, [&](int64_t p0, int64_t p1, int) {
-    int64_t p = p0;
-    if constexpr (kStreams > 1) {
-      const auto run_panels = [&](int, const uint8_t* const* pn, float* const* ys, const int* valid) {
+  const int64_t nb = w.in / kQK;
+  hand_out_matrix_panels<kStreams>(
+      w, y, ldy, size_t(nb) * kPackedF32BlockBytes, rows, pool,
+      [&](int, const uint8_t* const* pn, float* const* ys, const int* valid) {
         packed_f32_panels<2, 1, kPf>(pn, nb, x, ldx, ys, ldy, valid);
-      };
-      if (rows == 1) p = run_panels_in_streams<2>(&target, first_panel, panel_bytes, p, p1, run_panels);
-    }
-    for (; p < p1; ++p) {
-      const uint8_t* panel = w.packed + size_t(p) * panel_bytes;
-      float* out = y + p * kPackedPanelRows;
-      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - p * kPackedPanelRows));
-      if (rows == 1) {
-        packed_f32_panels<1, 1, kPf>(&panel, nb, x, ldx, &out, ldy, &valid);
-      } else {
-        packed_f32_panels<1, 2, kPf>(&panel, nb, x, ldx, &out, ldy, &valid);
-      }
-    }
-  });
+      },
+      [&](const uint8_t* panel, float* out, int valid) {
+        if (rows == 1) {
+          packed_f32_panels<1, 1, kPf>(&panel, nb, x, ldx, &out, ldy, &valid);
+        } else {
+          packed_f32_panels<1, 2, kPf>(&panel, nb, x, ldx, &out, ldy, &valid);
+        }
+      });
 }
 
 // Prefetch and streams as the int8 GEMVs' Q8_0 (int8_ymm.inc, gemv): page heads and one stream on AMD;

@@ -695,32 +695,22 @@ void packed_f32_panel_rows(int64_t rows, const uint8_t* panel, int64_t nb, const
 template <GemvPrefetch kPf, int kStreams>
 void packed_f32_gemv_with(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
                           int64_t ldy, ThreadPool* pool) {
-  const int64_t nb = w.in / kQK, panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
-  const size_t panel_bytes = size_t(nb) * kPackedF32BlockBytes;
-  const MatmulTarget target{w, y, ldy};
-  const int64_t first_panel[2] = {0, panels};
-  hand_out_panels(pool, panels, rows == 1 && kStreams > 1, [&](int64_t p0, int64_t p1, int) {
-    int64_t p = p0;
-    if constexpr (kStreams > 1) {
-      const auto step = [&](const uint8_t* panel, int64_t b, __m512* f0, __m512* f1) {
-        const uint8_t* blk = panel + size_t(b) * kPackedF32BlockBytes;
-        gemv_prefetch<kPf>(blk, kPackedF32BlockBytes);
-        packed_f32_block<1>(reinterpret_cast<const float*>(blk), x + b * kQK, ldx, f0, f1);
-      };
-      const auto run_panels = [&](int n, const uint8_t* const* pn, float* const* ys, const int* valid) {
+  const int64_t nb = w.in / kQK;
+  const auto step = [&](const uint8_t* panel, int64_t b, __m512* f0, __m512* f1) {
+    const uint8_t* blk = panel + size_t(b) * kPackedF32BlockBytes;
+    gemv_prefetch<kPf>(blk, kPackedF32BlockBytes);
+    packed_f32_block<1>(reinterpret_cast<const float*>(blk), x + b * kQK, ldx, f0, f1);
+  };
+  hand_out_matrix_panels<kStreams>(
+      w, y, ldy, size_t(nb) * kPackedF32BlockBytes, rows, pool,
+      [&](int n, const uint8_t* const* pn, float* const* ys, const int* valid) {
         if (n == 8) packed_gemv_panels<8>(pn, nb, ys, valid, step);
         if (n == 4) packed_gemv_panels<4>(pn, nb, ys, valid, step);
         if (n == 2) packed_gemv_panels<2>(pn, nb, ys, valid, step);
-      };
-      if (rows == 1)
-        p = run_panels_in_streams<kStreams>(&target, first_panel, panel_bytes, p, p1, run_panels);
-    }
-    for (; p < p1; ++p) {
-      const int64_t o0 = p * kPackedPanelRows;
-      const int valid = static_cast<int>(std::min<int64_t>(kPackedPanelRows, w.out - o0));
-      packed_f32_panel_rows<kPf>(rows, w.packed + size_t(p) * panel_bytes, nb, x, ldx, y + o0, ldy, valid);
-    }
-  });
+      },
+      [&](const uint8_t* panel, float* out, int valid) {
+        packed_f32_panel_rows<kPf>(rows, panel, nb, x, ldx, out, ldy, valid);
+      });
 }
 
 }  // namespace
