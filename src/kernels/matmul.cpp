@@ -288,17 +288,21 @@ namespace matmul_detail {
 // -r 2` (Zen 5 VM, median of 128 pairs' time ratios): AVX-512 E2B Q4_0 0.891, Q8_0 0.851, E4B Q4_0
 // 0.858; forced AVX2 E2B Q4_0 0.935, Q8_0 0.907; AVX-VNNI 0.922, 0.821. The K-quants keep prefetchnta:
 // with page heads E2B Q4_K_M (Q4_K, and Q6_K as its LM head) took 1.12-1.26x the time, the Q6_K LM
-// head streaming at 54 % of its plain read instead of 92 %. The AVX-512 set's Q6_K takes prefetchnta
-// 8 KiB ahead and prefetcht1 24 KiB ahead (kPrefetchL1NonTemporalFarL2): a packed 262144 x 1536 Q6_K
-// LM head, variants alternated in one process (60-100 rounds, median of its speed as a share of a plain
-// read of its bytes) 0.756 -> 0.834 with 16 KiB into L2, 0.690 -> 0.749 with 24 KiB; page heads 0.52-0.56,
-// 8 KiB into L2 0.633. In the model 16-32 KiB did alike and the L1 distance (4-12 KiB, prefetcht0 or
-// nta) mattered little. Tokens alternated in one `gem4 bench -p 0 -n 128 -r 2` (median of 128 pairs'
-// time ratios, new/old): E2B Q4_0 0.946, 0.944 and 0.954 while the VM ran slowly (19-23 t/s), 1.003,
-// 1.008, 1.014 and 0.985 while it ran fast (27-30 t/s); Q4_K_M 0.983 and 0.999, E4B Q4_0 1.014 and 0.992,
-// 26B-A4B Q4_0 1.009. The AVX2 and AVX-VNNI sets' Q6_K did not gain (E2B Q4_0 1.010, 1.008) and keep
-// prefetchnta 4 KiB ahead, as does Q4_K (Q4_K_M with Q4_K and Q6_K both given prefetchnta 8 KiB +
-// prefetcht1 16 KiB: 1.045x the old time).
+// head streaming at 54 % of its plain read instead of 92 % (the Q6_K layout and kernel of that time).
+// The AVX-512 set's Q6_K then took prefetchnta 8 KiB ahead and prefetcht1 24 KiB ahead: the packed
+// 262144 x 1536 LM head alone (60-100 rounds, median of its speed as a share of a plain read of its
+// bytes) 0.690 -> 0.749; page heads 0.52-0.56. Since the six-slot layout with a block's lines loaded
+// first (matmul_packed_avx512.cpp), page heads win for Q6_K in every set, and it takes them. On a Zen 5
+// VM (2026-12-07), that LM head against the fastest read loop over its bytes, the two prefetches
+// alternated in one process (12-16 rounds, medians): AVX-512 0.69-0.86 -> 0.80-0.97 in eight runs out
+// of eight (12 and 16 KiB ahead did as well as 8, 4 KiB as well in one run and worse in the other),
+// AVX2 0.68-0.93 -> 0.82-0.98, AVX-VNNI 0.76-0.94 -> 0.78-0.90 (better in three runs of five). Whole
+// `gem4 bench -p 0 -n 32 -r 2 --prune 1 --roofline --products` runs, old and new binaries alternated
+// (LM head GB/s, old -> new): AVX-512 E2B Q4_0 58.7-64.1 -> 70.6-73.7, Q4_K_M 56.7-57.2 -> 67.6-70.9,
+// E4B Q4_0 48.0-51.8 -> 50.4-65.3; AVX2 E2B Q4_0 50.7, 61.2 -> 57.2, 58.0, Q4_K_M 51.8, 54.4 -> 49.2,
+// 60.8, E4B 43.6, 52.7 -> 52.9, 60.3; AVX-VNNI E2B Q4_0 54.0 -> 62.9, Q4_K_M 50.2 -> 50.8. Q4_K and Q5_K
+// keep prefetchnta 4 KiB ahead: page heads for them too slowed E2B Q4_K_M's Q4_K products (AVX-512,
+// 12288 x 1536: 71-72 -> 58-63 GB/s) and the whole token (1.05-1.14x the time).
 // On Intel every x86 set's GEMVs with one activation row read eight panels at a time, block by block
 // (kIntelStreams; packed_gemv_panels, gemv_panels_one_row), every type prefetched 2 KiB ahead into L1
 // only (kPrefetchL1).

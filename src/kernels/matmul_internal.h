@@ -33,16 +33,15 @@ struct GemvPrefetch {
   bool page_heads = false;  // instead of every line: page-head prefetches (kernels/page_heads.h)
 };
 constexpr GemvPrefetch kPrefetchL1AndL2{2048, 8192, false}, kPrefetchL1NonTemporal{4096, 0, true},
-    kPrefetchPageHeads{0, 0, false, true}, kPrefetchL1NonTemporalFarL2{8192, 24576, true},
-    kPrefetchL1{2048, 0, false};
+    kPrefetchPageHeads{0, 0, false, true}, kPrefetchL1{2048, 0, false};
 // Intel's decode GEMVs with one activation row read kIntelStreams panels at a time (a power of two), block by
 // block (packed_gemv_panels): the L2 streamer follows each, so more lines are on their way from memory per
 // core than one stream gets (see matmul.cpp). kMaxStreams: the most any set reads at a time.
 constexpr int kIntelStreams = 8, kMaxStreams = 8;
 // Whether this CPU takes AMD's prefetches, decided once (see matmul.cpp for the measurements): true,
-// kPrefetchPageHeads for Q8_0 and Q4_0, kPrefetchL1NonTemporalFarL2 for the AVX-512 set's Q6_K and
-// kPrefetchL1NonTemporal for the other K-quants; false (Intel), kPrefetchL1 and kIntelStreams for every
-// type in every x86 set (the 256-bit sets' prefill panels still take kPrefetchL1AndL2).
+// kPrefetchPageHeads for Q8_0, Q4_0 and Q6_K, kPrefetchL1NonTemporal for Q4_K and Q5_K; false (Intel),
+// kPrefetchL1 and kIntelStreams for every type in every x86 set (the 256-bit sets' prefill panels still take
+// kPrefetchL1AndL2).
 bool gemv_prefetch_amd();
 Int8Format int8_format(GgmlType t);
 

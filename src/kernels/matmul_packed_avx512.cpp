@@ -422,9 +422,10 @@ void packed_gemv_panels(const uint8_t* const* panel, int64_t nb, float* const* y
 // with one row all twelve lines are now loaded first, in order: tokens alternated as above (both orders
 // of each pair), E2B Q4_0 0.966 and 1 / 1.017 of the time, Q4_K_M 0.987 and 1 / 1.020, 26B-A4B 0.988 and
 // 1 / 1.022; the E2B LM head alone against its plain read (/tmp harness) 0.80 -> 0.83 and 0.771 -> 0.774.
-// With these loads, other prefetches against the far L2 one: page heads (Q4_0's) 0.965 of the time in the
-// model but 0.793 vs 0.827 and 0.749 vs 0.774 alone; prefetchnta 8 KiB without the L2 prefetch 0.989,
-// 0.838 vs 0.827, 0.791 vs 0.774: within the noise, not taken.
+// With these loads, other prefetches against the far L2 one (prefetchnta 8 KiB + prefetcht1 24 KiB, then
+// taken): page heads (Q4_0's) 0.965 of the time in the model but 0.793 vs 0.827 and 0.749 vs 0.774 alone;
+// prefetchnta 8 KiB without the L2 prefetch 0.989, 0.838 vs 0.827, 0.791 vs 0.774. Page heads, measured
+// again later, won alone and in the model: Q6_K takes them now (matmul.cpp, at gemv_prefetch_amd).
 // Block b of a packed Q5_K / Q6_K panel against R activation rows: adds the products to f0[r] (rows
 // 0-15) and f1[r] (rows 16-31).
 template <class K, int R>
@@ -735,7 +736,7 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
                                int64_t ldx, ThreadPool* pool) {
   if (gemv_prefetch_amd())
-    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchL1NonTemporalFarL2, 1>(
+    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchPageHeads, 1>(
         targets, count, x, rows, ldx, pool);
   packed_gemv_of_type<kPrefetchL1, kPrefetchL1, kPrefetchL1, kIntelStreams>(targets, count, x, rows, ldx,
                                                                             pool);
