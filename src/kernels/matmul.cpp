@@ -294,9 +294,9 @@ namespace matmul_detail {
 // bytes) 0.690 -> 0.749; page heads 0.52-0.56. Since the six-slot layout with a block's lines loaded
 // first (matmul_packed_avx512.cpp), page heads win for Q6_K in every set, and it takes them. On a Zen 5
 // VM (2026-12-07), that LM head against the fastest read loop over its bytes, the two prefetches
-// alternated in one process (12-16 rounds, medians): AVX-512 0.69-0.86 -> 0.80-0.97 in eight runs out
-// of eight (12 and 16 KiB ahead did as well as 8, 4 KiB as well in one run and worse in the other),
-// AVX2 0.68-0.93 -> 0.82-0.98, AVX-VNNI 0.76-0.94 -> 0.78-0.90 (better in three runs of five). Whole
+// alternated in one process (12-16 rounds, medians): AVX-512 0.69-0.86 -> 0.80-0.97, better in every
+// run (12 and 16 KiB ahead did as well as 8, 4 KiB as well in one run and worse in the other), AVX2
+// 0.68-0.93 -> 0.82-0.98, AVX-VNNI 0.76-0.94 -> 0.78-0.90 (better in three runs of five). Whole
 // `gem4 bench -p 0 -n 32 -r 2 --prune 1 --roofline --products` runs, old and new binaries alternated
 // (LM head GB/s, old -> new): AVX-512 E2B Q4_0 58.7-64.1 -> 70.6-73.7, Q4_K_M 56.7-57.2 -> 67.6-70.9,
 // E4B Q4_0 48.0-51.8 -> 50.4-65.3; AVX2 E2B Q4_0 50.7, 61.2 -> 57.2, 58.0, Q4_K_M 51.8, 54.4 -> 49.2,
