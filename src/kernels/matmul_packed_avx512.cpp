@@ -620,24 +620,23 @@ struct PlanesGemv {
   }
 };
 
-// kLegacyPf for Q8_0 and Q4_0, kPf for Q4_K and Q5_K, kQ6Pf for Q6_K; with one activation row, up to
-// kStreams panels at a time (packed_gemv_panels).
-template <GemvPrefetch kLegacyPf, GemvPrefetch kPf, GemvPrefetch kQ6Pf, int kStreams>
+// kPf for Q8_0, Q4_0 and Q6_K, kQ4K5KPf for Q4_K and Q5_K (the two differ on AMD: matmul.cpp, at
+// gemv_prefetch_amd); with one activation row, up to kStreams panels at a time (packed_gemv_panels).
+template <GemvPrefetch kPf, GemvPrefetch kQ4K5KPf, int kStreams>
 void packed_gemv_of_type(const MatmulTarget* targets, int count, const float* x, int64_t rows, int64_t ldx,
                          ThreadPool* pool) {
   switch (targets[0].w.type) {
     case GgmlType::Q8_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kLegacyPf, kStreams>>(targets, count, x, rows, ldx,
-                                                                               pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ8_0, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q4_0:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kLegacyPf, kStreams>>(targets, count, x, rows, ldx,
-                                                                               pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_0, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q4_K:
-      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<LegacyOrQ4KGemv<PackedQ4_K, kQ4K5KPf, kStreams>>(targets, count, x, rows, ldx,
+                                                                              pool);
     case GgmlType::Q5_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ5_K, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ5_K, kQ4K5KPf, kStreams>>(targets, count, x, rows, ldx, pool);
     case GgmlType::Q6_K:
-      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kQ6Pf, kStreams>>(targets, count, x, rows, ldx, pool);
+      return packed_gemv_run<PlanesGemv<PlanesQ6_K, kPf, kStreams>>(targets, count, x, rows, ldx, pool);
     default:
       throw std::logic_error(std::string("packed_gemv_avx512: no packed kernel for ") +
                              ggml_type_name(targets[0].w.type));
@@ -736,10 +735,9 @@ void panel_from_packed_avx512(const MatrixView& w, int64_t p, int64_t nb, uint8_
 void packed_gemv_shared_avx512(const MatmulTarget* targets, int count, const float* x, int64_t rows,
                                int64_t ldx, ThreadPool* pool) {
   if (gemv_prefetch_amd())
-    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, kPrefetchPageHeads, 1>(
-        targets, count, x, rows, ldx, pool);
-  packed_gemv_of_type<kPrefetchL1, kPrefetchL1, kPrefetchL1, kIntelStreams>(targets, count, x, rows, ldx,
-                                                                            pool);
+    return packed_gemv_of_type<kPrefetchPageHeads, kPrefetchL1NonTemporal, 1>(targets, count, x, rows, ldx,
+                                                                              pool);
+  packed_gemv_of_type<kPrefetchL1, kPrefetchL1, kIntelStreams>(targets, count, x, rows, ldx, pool);
 }
 
 void packed_f32_gemv_avx512(const MatrixView& w, const float* x, int64_t rows, int64_t ldx, float* y,
