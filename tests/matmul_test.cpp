@@ -10,22 +10,24 @@
 //    (So do the AArch64 sets.)
 //  * For F32, F16, BF16 against the exact product of the dequantized weights, to float rounding.
 #include "kernels/matmul.h"
-#include "kernels/packed_matrix.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "isa_override.h"
 #include "kernels/cpu_features.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/thread_pool.h"
 #include "tensor/blocks.h"
 #include "tensor/quant.h"
@@ -1013,10 +1015,44 @@ TEST(ThreadPool, SchedulesCoverEveryIndexOnce) {
           ASSERT_TRUE(e - b <= std::max<int64_t>(chunk, (n - b) / (2 * threads)) || (b == 0 && e == n)) << b << " " << e;
           for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
         });
+        pool.parallel_for_shares(n, chunk, [&](int64_t b, int64_t e, int t) {
+          ASSERT_TRUE(0 <= b && b < e && e <= n && 0 <= t && t < threads);
+          ASSERT_TRUE(e - b <= chunk || (b == 0 && e == n));  // a step at a time, or one call for all
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        });
         for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 3) << "threads=" << threads << " n=" << n << " i=" << i;
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 4)
+              << "threads=" << threads << " n=" << n << " i=" << i;
       }
     }
+  }
+}
+
+// parallel_for_shares: a thread held up leaves the rest of its share to the others, who take it over
+// from its back (and from one another), every index still run exactly once.
+TEST(ThreadPool, SharesOfAThreadHeldUpAreTakenOver) {
+  for (int threads : {2, 3, 4}) {
+    ThreadPool pool(threads);
+    const int64_t n = 1000, step = 2;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n)), runner(static_cast<size_t>(n));
+    std::atomic<bool> held{false};
+    pool.parallel_for_shares(n, step, [&](int64_t b, int64_t e, int t) {
+      // Every step takes a while, so that all threads start on their shares; thread 1 stops in its
+      // first step for longer than the others need to run all the rest.
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (t == 1 && !held.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      for (int64_t i = b; i < e; ++i) {
+        hits[static_cast<size_t>(i)]++;
+        runner[static_cast<size_t>(i)] = t;
+      }
+    });
+    int64_t taken_over = 0;  // indices of thread 1's share that another thread ran
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "threads=" << threads << " i=" << i;
+      if (i >= n / threads && i < 2 * n / threads && runner[static_cast<size_t>(i)] != 1) ++taken_over;
+    }
+    // Thread 1 ran its first step while the others finished their shares and most of its own.
+    EXPECT_GT(taken_over, n / threads / 2) << "threads=" << threads;
   }
 }
 

@@ -43,18 +43,27 @@ int64_t run_panels_in_streams(const MatmulTarget* targets, const int64_t* first_
   return p;
 }
 
-// n panels handed out over the pool as fn(p0, p1, thread), guided (the chunks shrink as the work runs
-// out); `in_pairs` for the decode kernels in streams: every chunk but the last of an odd n is then even.
-// Handed out one by one, the last guided chunks of each call were single panels, read as one stream: a
-// fifth of the panels of a 1536-row product (E2B's FFN down and attention output), ~6.5 % of an E2B
-// token's bytes. Ice Lake Xeon, one E2B token's products alternated in one process (100-150 pairs,
-// medians of the time ratios): AVX-512 Q4_0 0.987, Q8_0 0.986; AVX2 forced Q4_0 0.978, Q4_K 0.992. A
-// minimum chunk of two panels instead (odd chunks still leave one): 0.990-0.996.
+// n panels handed out over the pool as fn(p0, p1, thread) in shares (parallel_for_shares): each thread
+// reads its contiguous share `step` panels at a time, then takes over the back half of what another has
+// left. `step` is the kernel's streams with one activation row (a step's panels are read at once, in
+// streams), else two panels (on an Ice Lake Xeon single panels at the end of each call had cost 1-2 %
+// of an E2B token). Until 2026-12-07 the panels were handed out guided (chunks of a quarter, then 3/16,
+// ... of what was left, down to single panels or pairs): each chunk a new stream and the threads'
+// chunks interleaved in memory, which cost most in the small products (a 1536 x 256 Q4_0 GEMV, 221 KB,
+// took ~13 hand-outs). Zen 5 VM, AVX-512, Q4_0, rotated copies (cold weights), the two alternated in
+// one process (medians of 10 rounds, time with shares over guided): 1536 x 256 0.64, 1536 x 2048 0.87,
+// 12288 x 1536 0.93, 262144 x 1536 0.97. Decoded tokens alternated between them in one `gem4 bench -p 0
+// -n 128 -r 2 --prune 1` (medians of 128 pairs' time ratios, shares over guided): E2B Q4_0 0.976, Q4_K_M
+// 0.981, E4B Q4_0 0.987, 26B-A4B Q4_0 0.979, 0.982, 1.007; forced AVX2 E2B Q4_0 0.978, Q4_K_M 0.980, E4B
+// 0.999; AVX-VNNI E2B Q4_0 0.972. E2B Q8_0 lost a little (1.003, 1.009, 1.009; steps of 4 or 8 panels no
+// better). An earlier trial of shares, measured on 26B-A4B alone, had found no gain there (1.004-1.007
+// in 1-panel steps, 0.997 in 4-panel steps). An equal static split lost on the large products (12288 x
+// 1536: 1.17x the time: a thread slowed down holds the barrier) and the token (1.05x).
+inline int64_t decode_panel_step(int64_t rows, int streams) { return rows == 1 ? std::max(2, streams) : 2; }
+
 template <class Fn>
-void hand_out_panels(ThreadPool* pool, int64_t n, bool in_pairs, Fn&& fn) {
-  const int64_t unit = in_pairs ? 2 : 1;
-  parallel_for_guided(pool, (n + unit - 1) / unit, 1,
-                      [&](int64_t u0, int64_t u1, int t) { fn(u0 * unit, std::min(n, u1 * unit), t); });
+void hand_out_panels(ThreadPool* pool, int64_t n, int64_t step, Fn&& fn) {
+  parallel_for_shares(pool, n, step, [&](int64_t p0, int64_t p1, int t) { fn(p0, p1, t); });
 }
 
 // One packed matrix's panels (panel_bytes each) handed out as above, each thread's chunk read with one
@@ -66,7 +75,7 @@ void hand_out_matrix_panels(const MatrixView& w, float* y, int64_t ldy, size_t p
   const int64_t panels = (w.out + kPackedPanelRows - 1) / kPackedPanelRows;
   const MatmulTarget target{w, y, ldy};
   const int64_t first_panel[2] = {0, panels};
-  hand_out_panels(pool, panels, rows == 1 && kStreams > 1, [&](int64_t p0, int64_t p1, int) {
+  hand_out_panels(pool, panels, decode_panel_step(rows, kStreams), [&](int64_t p0, int64_t p1, int) {
     int64_t p = p0;
     if constexpr (kStreams > 1) {
       if (rows == 1)

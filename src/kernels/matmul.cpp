@@ -238,10 +238,12 @@ void matmul_group(const MatmulJob* jobs, int count, ThreadPool* pool) {
   }
   static std::atomic<uint64_t> next_group{1};
   const uint64_t group = next_group.fetch_add(1, std::memory_order_relaxed);
-  // In pairs of panels, as the decode GEMVs hand theirs out (hand_out_panels), so that a piece's panels are
-  // read in streams to its end. 26B-A4B decode, the builds alternated three rounds on the Ice Lake Xeon
-  // (the first run cold): 23.1, 23.7 GB/s of weights before, 23.4, 23.5, 23.4 after, within the noise.
-  matmul_detail::hand_out_panels(pool, first[count], true, [&](int64_t b, int64_t e, int) {
+  // In shares, as the decode GEMVs hand theirs out (hand_out_panels), 16 panels a step: each step's
+  // pieces are matmul() calls of their own, which steps of one or two panels made too many (26B-A4B Q4_0
+  // decode, tokens alternated on a Zen 5 VM: 1-panel steps 1.026 of the guided hand-out's time, 16 to 64
+  // panels 0.985-0.990).
+  constexpr int64_t kGroupStep = 16;
+  matmul_detail::hand_out_panels(pool, first[count], kGroupStep, [&](int64_t b, int64_t e, int) {
     struct InGroup {  // this thread runs the group's pieces until the end of the hand-out
       explicit InGroup(uint64_t g) { matmul_detail::set_group_on_this_thread(g); }
       ~InGroup() { matmul_detail::set_group_on_this_thread(0); }

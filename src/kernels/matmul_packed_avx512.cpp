@@ -577,7 +577,7 @@ void packed_gemv_run(const MatmulTarget* targets, int count, const float* x, int
       }
     }
   };
-  hand_out_panels(pool, first_panel[count], rows == 1 && Kernel::kStreams > 1, run_chunk);
+  hand_out_panels(pool, first_panel[count], decode_panel_step(rows, Kernel::kStreams), run_chunk);
 }
 
 template <class Fmt, GemvPrefetch kPf, int kStreamCount>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 namespace gem4 {
 
@@ -138,6 +139,72 @@ void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,
     return;
   }
   pool->parallel_for_guided(n, min_chunk, fn);
+}
+
+void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
+                                     const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  step = std::max<int64_t>(1, step);
+  if (n_threads_ == 1 || n <= step) {
+    fn(0, n, 0);
+    return;
+  }
+  // A share is [front, back), both in one atomic word (front in the low 32 bits) so that its owner taking
+  // from the front and another thread taking over its back never overlap.
+  if (n > int64_t(UINT32_MAX)) return hand_out(n, step, 2 * int64_t(n_threads_), fn);
+  struct alignas(64) Share {  // a cache line each: the owners' steps do not contend
+    std::atomic<uint64_t> range{0};
+  };
+  const auto pack = [](uint64_t front, uint64_t back) { return front | back << 32; };
+  const auto front = [](uint64_t r) { return int64_t(r & 0xFFFFFFFFu); };
+  const auto back = [](uint64_t r) { return int64_t(r >> 32); };
+  std::vector<Share> shares{size_t(n_threads_)};
+  for (int t = 0; t < n_threads_; ++t)
+    shares[size_t(t)].range.store(pack(uint64_t(n * t / n_threads_), uint64_t(n * (t + 1) / n_threads_)),
+                                  std::memory_order_relaxed);
+  run_on_all([&](int t) {
+    std::atomic<uint64_t>& own = shares[size_t(t)].range;
+    for (;;) {
+      // The own share, `step` at a time from the front. On a failed exchange r is reloaded.
+      for (uint64_t r = own.load(std::memory_order_relaxed); front(r) < back(r);) {
+        const int64_t end = std::min(back(r), front(r) + step);
+        if (own.compare_exchange_weak(r, pack(uint64_t(end), uint64_t(back(r))), std::memory_order_relaxed)) {
+          fn(front(r), end, t);
+          r = own.load(std::memory_order_relaxed);
+        }
+      }
+      // Done: take over the back half of the largest share left, or stop when none is.
+      int victim = -1;
+      int64_t most = 0;
+      for (int o = 0; o < n_threads_; ++o) {
+        const uint64_t r = shares[size_t(o)].range.load(std::memory_order_relaxed);
+        if (o != t && back(r) - front(r) > most) victim = o, most = back(r) - front(r);
+      }
+      if (victim < 0) return;
+      std::atomic<uint64_t>& other = shares[size_t(victim)].range;
+      uint64_t r = other.load(std::memory_order_relaxed);
+      for (;;) {
+        const int64_t left = back(r) - front(r);
+        if (left <= 0) break;  // taken meanwhile: look again
+        const int64_t cut = back(r) - std::min(left, std::max(step, left / 2));
+        if (other.compare_exchange_weak(r, pack(uint64_t(front(r)), uint64_t(cut)),
+                                        std::memory_order_relaxed)) {
+          // Only this thread writes its own share while it is empty (others take from non-empty ones).
+          own.store(pack(uint64_t(cut), uint64_t(back(r))), std::memory_order_relaxed);
+          break;
+        }
+      }
+    }
+  });
+}
+
+void parallel_for_shares(ThreadPool* pool, int64_t n, int64_t step,
+                         const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (!pool) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  pool->parallel_for_shares(n, step, fn);
 }
 
 void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,

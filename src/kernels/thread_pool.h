@@ -32,11 +32,15 @@ class ThreadPool {
   // Like parallel_for_dynamic with chunks that shrink as the work runs out: each takes 1 / (2 x threads)
   // of what is left, at least `min_chunk`. Few hand-outs while there is plenty, and at the end the
   // threads wait for one another by at most a `min_chunk` (decode's GEMVs: the last chunk of a fixed
-  // 1/16 split was ~5 % of a 0.25 ms product). One contiguous range per thread with stealing from
-  // its end instead (each thread's stream adjacent, a late thread holding back one chunk) did no better
-  // on 26B-A4B decode's single and shared-input products (tokens alternated, Zen 5: 1.004-1.007 of the
-  // time per token in 1-panel steps, 0.997 in 4-panel steps).
+  // 1/16 split was ~5 % of a 0.25 ms product).
   void parallel_for_guided(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t, int)>& fn);
+  // fn(begin, end, thread_index) over [0, n) in shares: each thread owns a contiguous 1 / size() of it
+  // and takes it `step` at a time from its front, so that what one thread runs lies end to end (one
+  // stream through memory). A thread whose share is done takes over the back half (at least `step`) of
+  // the largest share another thread has not taken yet, as its own share, which others may take from
+  // in turn: a thread slowed down holds up the barrier by at most about a `step`. For work whose result
+  // does not depend on which thread runs which range (decode's GEMVs: kernels/gemv_streams.h).
+  void parallel_for_shares(int64_t n, int64_t step, const std::function<void(int64_t, int64_t, int)>& fn);
   // fn(thread_index) on every thread.
   void run_on_all(const std::function<void(int)>& fn);
 
@@ -67,6 +71,9 @@ void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
                           const std::function<void(int64_t, int64_t, int)>& fn);
 // Guided schedule (serial, one call, when pool is null).
 void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,
+                         const std::function<void(int64_t, int64_t, int)>& fn);
+// Shares with take-overs (serial, one call, when pool is null).
+void parallel_for_shares(ThreadPool* pool, int64_t n, int64_t step,
                          const std::function<void(int64_t, int64_t, int)>& fn);
 
 }  // namespace gem4
