@@ -211,10 +211,6 @@ struct PlanesQ5_K {
   static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
     q5k_group_levels(blk, g, h, lo, hi);
   }
-  static constexpr int kLevelLines = 10;  // 8 nibble vectors, 2 top-bit vectors
-  static void group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
-    q5k_group_levels(line[2 * g + h], line[8 + h], g, lo, hi);
-  }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* dw, __m512* min) {
     kquant_scales_mins(super, blk, 640, h, dw, min);
   }
@@ -231,10 +227,6 @@ struct PlanesQ6_K {
   static void levels(const uint8_t* blk, int h, __m512i lv[8]) { q6k_levels(blk, h, lv); }
   static void group_levels(const uint8_t* blk, int g, int h, __m512i* lo, __m512i* hi) {
     q6k_group_levels([&](int s) { return _mm512_load_si512(blk + s * 128 + h * 64); }, g, lo, hi);
-  }
-  static constexpr int kLevelLines = 12;  // 6 level slots x 2 halves: line 2s + h
-  static void group_levels(const __m512i* line, int g, int h, __m512i* lo, __m512i* hi) {
-    q6k_group_levels([&](int s) { return line[2 * s + h]; }, g, lo, hi);
   }
   static void scales(const uint8_t* super, const uint8_t* blk, int h, __m512* lo, __m512* hi) {
     q6k_scales(super, blk, h, lo, hi);
@@ -417,15 +409,15 @@ void packed_gemv_panels(const uint8_t* const* panel, int64_t nb, float* const* y
 // each order forced for a whole `gem4 bench -p 0 -n 32 -r 3 --products` run, twice each: 46.8-48.5 ->
 // 52.1-52.8 GB/s of weights, its Q6_K LM head 45.3-46.9 -> 56.2-57.9 GB/s; tokens alternated between the
 // orders in one run (median of 64 pairs): E2B Q4_K_M 0.93-0.95 of the time, E2B Q4_0 (its LM head is
-// Q6_K) 0.95-0.96, E4B Q4_0 0.96. Loading the top-bit lines per group still read lines 8-11 before 1-7 (in
-// the layout of that time: nibble lines 0-7, top-bit lines 8-11; now six level slots, lines 0-11);
-// with one row all twelve lines are now loaded first, in order: tokens alternated as above (both orders
-// of each pair), E2B Q4_0 0.966 and 1 / 1.017 of the time, Q4_K_M 0.987 and 1 / 1.020, 26B-A4B 0.988 and
-// 1 / 1.022; the E2B LM head alone against its plain read (/tmp harness) 0.80 -> 0.83 and 0.771 -> 0.774.
-// With these loads, other prefetches against the far L2 one (prefetchnta 8 KiB + prefetcht1 24 KiB, then
-// taken): page heads (Q4_0's) 0.965 of the time in the model but 0.793 vs 0.827 and 0.749 vs 0.774 alone;
-// prefetchnta 8 KiB without the L2 prefetch 0.989, 0.838 vs 0.827, 0.791 vs 0.774. Page heads, measured
-// again later, won alone and in the model: Q6_K takes them now (matmul.cpp, at gemv_prefetch_amd).
+// Q6_K) 0.95-0.96, E4B Q4_0 0.96.
+// With one row this kernel loaded a block's twelve level lines first, in order, into registers (from
+// 2026-12-06: then 0.966-0.988 of the time per token against the per-group loads, with the prefetches
+// of that time); with page-head prefetches and the panels handed out in shares (gemv_streams.h) the
+// per-group loads, as with more rows, won again on the same Zen 5 VM (2026-12-07): the rotated 65536 x
+// 1536 matrix (6 copies, cold) 0.83-0.88 of the time, tokens alternated in one `gem4 bench -p 0 -n 128 -r
+// 2 --prune 1` (median of 128 pairs) E2B Q4_0 0.963, 0.968, Q4_K_M 0.954, 0.974, E4B Q4_0 0.977, 26B-A4B
+// Q4_0 0.975, 0.984. Prefetching the lines one to four blocks ahead into L1 beside them gained nothing
+// more (0.88-0.93 alone); the scale line kept after the levels, 0.996-0.999 (within the noise).
 // Block b of a packed Q5_K / Q6_K panel against R activation rows: adds the products to f0[r] (rows
 // 0-15) and f1[r] (rows 16-31).
 template <class K, int R>
@@ -439,31 +431,12 @@ inline void packed_planes_gemv_block(const uint8_t* panel, int64_t b, int64_t nb
     lo[0][r] = lo[1][r] = _mm512_set1_epi32(act.init[r * nb + b]);
     hi[0][r] = hi[1][r] = _mm512_set1_epi32(act.init_hi[r * nb + b]);
   }
-  // One row: the block's level lines loaded first, in address order, and held in registers. Loaded
-  // per group, Q6_K's lines came out of order (see above); more rows leave too few registers to hold
-  // them. Q5_K takes the same path (its 10 lines) unmeasured:
-  // no benchmark file has Q5_K weights.
-  constexpr bool kLinesFirst = R == 1;
-  __m512i line[K::kLevelLines];
-  if constexpr (kLinesFirst) {
-#pragma GCC unroll 12
-    for (int i = 0; i < K::kLevelLines; ++i) line[i] = _mm512_load_si512(blk + 64 * i);
-    // The scale line (12) after them; and past this barrier GCC may not load a line again where it
-    // is used, so the lines stay in registers. (An empty asm pinning each line, as this kernel had,
-    // made GCC keep the array on the stack: twelve 64-byte stores and reloads per block. Without
-    // it, in cache on one core 43.9 -> 51.2 GB/s; tokens alternated, E2B Q4_0: 1.007 and 1 / 1.000.)
-    keep_load_order();
-  }
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m512i l, u;
-      if constexpr (kLinesFirst) {
-        K::group_levels(line, g, h, &l, &u);
-      } else {
-        K::group_levels(blk, g, h, &l, &u);
-      }
+      K::group_levels(blk, g, h, &l, &u);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = act.q + (size_t(r) * nb + b) * kQK;
@@ -472,6 +445,7 @@ inline void packed_planes_gemv_block(const uint8_t* panel, int64_t b, int64_t nb
       }
     }
   }
+  keep_load_order();  // the scale line (12) after the levels, as in packed_gemv_block
   __m512* f[2] = {f0, f1};
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
