@@ -132,13 +132,19 @@ void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
   hand_out(n, min_chunk, 2 * int64_t(n_threads_), fn);
 }
 
+namespace {
+// The free functions' rule: without a pool, one call over everything; with one, its schedule.
+template <class Schedule>
+void on_pool(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+             Schedule&& schedule) {
+  if (pool) return schedule(*pool);
+  if (n > 0) fn(0, n, 0);
+}
+}  // namespace
+
 void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,
                          const std::function<void(int64_t, int64_t, int)>& fn) {
-  if (!pool) {
-    if (n > 0) fn(0, n, 0);
-    return;
-  }
-  pool->parallel_for_guided(n, min_chunk, fn);
+  on_pool(pool, n, fn, [&](ThreadPool& p) { p.parallel_for_guided(n, min_chunk, fn); });
 }
 
 void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
@@ -200,11 +206,7 @@ void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
 
 void parallel_for_shares(ThreadPool* pool, int64_t n, int64_t step,
                          const std::function<void(int64_t, int64_t, int)>& fn) {
-  if (!pool) {
-    if (n > 0) fn(0, n, 0);
-    return;
-  }
-  pool->parallel_for_shares(n, step, fn);
+  on_pool(pool, n, fn, [&](ThreadPool& p) { p.parallel_for_shares(n, step, fn); });
 }
 
 void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
