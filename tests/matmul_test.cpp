@@ -1017,7 +1017,8 @@ TEST(ThreadPool, SchedulesCoverEveryIndexOnce) {
         });
         pool.parallel_for_shares(n, chunk, [&](int64_t b, int64_t e, int t) {
           ASSERT_TRUE(0 <= b && b < e && e <= n && 0 <= t && t < threads);
-          ASSERT_TRUE(e - b <= chunk || (b == 0 && e == n));  // a step at a time, or one call for all
+          // At most a quarter of the work or a step at a time, or one call for all.
+          ASSERT_TRUE(e - b <= std::max(chunk, n / 4) || (b == 0 && e == n)) << b << " " << e;
           for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
         });
         for (int64_t i = 0; i < n; ++i)

@@ -44,10 +44,18 @@ int64_t run_panels_in_streams(const MatmulTarget* targets, const int64_t* first_
 }
 
 // n panels handed out over the pool as fn(p0, p1, thread) in shares (parallel_for_shares): each thread
-// reads its contiguous share `step` panels at a time, then takes over the back half of what another has
-// left. `step` is the kernel's streams with one activation row (a step's panels are read at once, in
-// streams), else two panels (on an Ice Lake Xeon single panels at the end of each call had cost 1-2 %
-// of an E2B token). Until 2026-12-07 the panels were handed out guided (chunks of a quarter, then 3/16,
+// reads its contiguous share in runs of a quarter of what is left of it (whole steps), down to `step`
+// panels, then takes over the back half of what another has left. `step` is the kernel's streams with
+// one activation row (a step's panels are read at once, in streams), else two panels (on an Ice Lake
+// Xeon single panels at the end of each call had cost 1-2 % of an E2B token). The quarter runs replaced
+// runs of one step each on 2026-12-07 (Zen 5 VM, decoded tokens alternated in one `gem4 bench -p 0 -n
+// 128 -r 2 --prune 1`, medians of 63 pairs, old over new, where an A/A run of the same switch gave
+// 0.985-1.001): AVX-512 E2B Q4_0 1.010, 1.018, E4B Q4_0 1.000, 1.004, E2B Q4_K_M 1.000, 1.009, AVX-VNNI
+// E2B Q4_0 1.005, 1.020; with the two the other way round (new over old) AVX-512 E2B Q4_0 0.972-0.980,
+// E4B 0.977, 0.985, Q4_K_M 0.976, 0.978, Q8_0 0.980, 0.986, 26B-A4B 0.987, 0.996, forced AVX2 E2B Q4_0
+// 0.970, 0.975, Q4_K_M 0.976, 0.980: about 1.5 % faster, one lock cmpxchg and one call of the kernel's
+// chunk function per run instead of per step (perf had put ~3 % of the token's samples on that
+// exchange). Until 2026-12-07 the panels were handed out guided (chunks of a quarter, then 3/16,
 // ... of what was left, down to single panels or pairs): each chunk a new stream and the threads'
 // chunks interleaved in memory, which cost most in the small products (a 1536 x 256 Q4_0 GEMV, 221 KB,
 // took ~13 hand-outs). Zen 5 VM, AVX-512, Q4_0, rotated copies (cold weights), the two alternated in

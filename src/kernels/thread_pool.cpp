@@ -168,12 +168,16 @@ void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
   for (int t = 0; t < n_threads_; ++t)
     shares[size_t(t)].range.store(pack(uint64_t(n * t / n_threads_), uint64_t(n * (t + 1) / n_threads_)),
                                   std::memory_order_relaxed);
+  // A thread takes a quarter of what is left of its own share at a time (in whole steps, at least one):
+  // fewer, longer runs than one step each, while the last ones, where a thread held up would keep the
+  // others waiting, are still a step.
+  const auto own_step = [step](int64_t left) { return std::max(step, left / 4 / step * step); };
   run_on_all([&](int t) {
     std::atomic<uint64_t>& own = shares[size_t(t)].range;
     for (;;) {
-      // The own share, `step` at a time from the front. On a failed exchange r is reloaded.
+      // The own share from the front. On a failed exchange r is reloaded.
       for (uint64_t r = own.load(std::memory_order_relaxed); front(r) < back(r);) {
-        const int64_t end = std::min(back(r), front(r) + step);
+        const int64_t end = std::min(back(r), front(r) + own_step(back(r) - front(r)));
         if (own.compare_exchange_weak(r, pack(uint64_t(end), uint64_t(back(r))), std::memory_order_relaxed)) {
           fn(front(r), end, t);
           r = own.load(std::memory_order_relaxed);

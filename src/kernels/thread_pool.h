@@ -35,11 +35,12 @@ class ThreadPool {
   // 1/16 split was ~5 % of a 0.25 ms product).
   void parallel_for_guided(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t, int)>& fn);
   // fn(begin, end, thread_index) over [0, n) in shares: each thread owns a contiguous 1 / size() of it
-  // and takes it `step` at a time from its front, so that what one thread runs lies end to end (one
-  // stream through memory). A thread whose share is done takes over the back half (at least `step`) of
-  // the largest share another thread has not taken yet, as its own share, which others may take from
-  // in turn: a thread slowed down holds up the barrier by at most about a `step`. For work whose result
-  // does not depend on which thread runs which range (decode's GEMVs: kernels/gemv_streams.h).
+  // and takes it from its front, a quarter of what is left of it at a time in whole `step`s (at least
+  // one), so that what one thread runs lies end to end (one stream through memory). A thread whose
+  // share is done takes over the back half (at least `step`) of the largest share another thread has
+  // not taken yet, as its own share, which others may take from in turn: a thread slowed down holds up
+  // the barrier by at most what it took last (a `step` towards the end). For work whose result does
+  // not depend on which thread runs which range (decode's GEMVs: kernels/gemv_streams.h).
   void parallel_for_shares(int64_t n, int64_t step, const std::function<void(int64_t, int64_t, int)>& fn);
   // fn(thread_index) on every thread.
   void run_on_all(const std::function<void(int)>& fn);
