@@ -22,7 +22,7 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job = nullptr;
+    const FunctionRef<void(int)>* job = nullptr;
     {
       // Spin before sleeping: ops arrive back to back during a forward pass, and a condition-variable
       // wake-up costs tens of microseconds. The spin is timed, not counted: a pause takes 14 ns on
@@ -53,7 +53,7 @@ void ThreadPool::worker(int index) {
   }
 }
 
-void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
+void ThreadPool::run_on_all(FunctionRef<void(int)> fn) {
   if (n_threads_ == 1) {
     fn(0);
     return;
@@ -80,7 +80,7 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_grains = (n + grain - 1) / grain;
@@ -100,7 +100,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
 // [0, n) handed out first come, first served, in chunks of max(min_chunk, what is left / parts), or of
 // min_chunk when parts is 0; one call covers everything with one thread or when n <= min_chunk.
 void ThreadPool::hand_out(int64_t n, int64_t min_chunk, int64_t parts,
-                          const std::function<void(int64_t, int64_t, int)>& fn) {
+                          FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   if (n_threads_ == 1 || n <= min_chunk) {
@@ -122,33 +122,30 @@ void ThreadPool::hand_out(int64_t n, int64_t min_chunk, int64_t parts,
   });
 }
 
-void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk,
-                                      const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk, FunctionRef<void(int64_t, int64_t, int)> fn) {
   hand_out(n, chunk, 0, fn);
 }
 
 void ThreadPool::parallel_for_guided(int64_t n, int64_t min_chunk,
-                                     const std::function<void(int64_t, int64_t, int)>& fn) {
+                                     FunctionRef<void(int64_t, int64_t, int)> fn) {
   hand_out(n, min_chunk, 2 * int64_t(n_threads_), fn);
 }
 
 namespace {
 // The free functions' rule: without a pool, one call over everything; with one, its schedule.
 template <class Schedule>
-void on_pool(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
-             Schedule&& schedule) {
+void on_pool(ThreadPool* pool, int64_t n, FunctionRef<void(int64_t, int64_t, int)> fn, Schedule&& schedule) {
   if (pool) return schedule(*pool);
   if (n > 0) fn(0, n, 0);
 }
 }  // namespace
 
 void parallel_for_guided(ThreadPool* pool, int64_t n, int64_t min_chunk,
-                         const std::function<void(int64_t, int64_t, int)>& fn) {
+                         FunctionRef<void(int64_t, int64_t, int)> fn) {
   on_pool(pool, n, fn, [&](ThreadPool& p) { p.parallel_for_guided(n, min_chunk, fn); });
 }
 
-void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
-                                     const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::parallel_for_shares(int64_t n, int64_t step, FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (n <= 0) return;
   step = std::max<int64_t>(1, step);
   if (n_threads_ == 1 || n <= step) {
@@ -164,7 +161,11 @@ void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
   const auto pack = [](uint64_t front, uint64_t back) { return front | back << 32; };
   const auto front = [](uint64_t r) { return int64_t(r & 0xFFFFFFFFu); };
   const auto back = [](uint64_t r) { return int64_t(r >> 32); };
-  std::vector<Share> shares{size_t(n_threads_)};
+  // On the stack for the usual pool sizes: this runs for every decode product.
+  constexpr int kOnStack = 8;
+  Share on_stack[kOnStack];
+  std::vector<Share> on_heap(n_threads_ > kOnStack ? size_t(n_threads_) : 0);
+  Share* shares = n_threads_ > kOnStack ? on_heap.data() : on_stack;
   for (int t = 0; t < n_threads_; ++t)
     shares[size_t(t)].range.store(pack(uint64_t(n * t / n_threads_), uint64_t(n * (t + 1) / n_threads_)),
                                   std::memory_order_relaxed);
@@ -209,12 +210,12 @@ void ThreadPool::parallel_for_shares(int64_t n, int64_t step,
 }
 
 void parallel_for_shares(ThreadPool* pool, int64_t n, int64_t step,
-                         const std::function<void(int64_t, int64_t, int)>& fn) {
+                         FunctionRef<void(int64_t, int64_t, int)> fn) {
   on_pool(pool, n, fn, [&](ThreadPool& p) { p.parallel_for_shares(n, step, fn); });
 }
 
 void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
-                          const std::function<void(int64_t, int64_t, int)>& fn) {
+                          FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (!pool) {
     if (n > 0) fn(0, n, 0);
     return;
@@ -223,7 +224,7 @@ void parallel_for_dynamic(ThreadPool* pool, int64_t n, int per_thread,
   pool->parallel_for_dynamic(n, (n + chunks - 1) / chunks, fn);
 }
 
-void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (pool) {
     pool->parallel_for(n, grain, fn);
   } else if (n > 0) {
