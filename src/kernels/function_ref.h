@@ -16,18 +16,26 @@ template <class R, class... Args>
 class FunctionRef<R(Args...)> {
  public:
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef> &&
+                                              !std::is_function_v<std::remove_reference_t<F>> &&
                                               std::is_invocable_r_v<R, F&, Args...>>>
   FunctionRef(F&& f) noexcept  // NOLINT(google-explicit-constructor): stands in for a callable argument
-      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-        call_([](void* object, Args... args) -> R {
-          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
+      : target_{.object = const_cast<void*>(static_cast<const void*>(std::addressof(f)))},
+        call_([](Target t, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(t.object))(std::forward<Args>(args)...);
         }) {}
+  FunctionRef(R (*f)(Args...)) noexcept  // NOLINT(google-explicit-constructor)
+      : target_{.function = f},
+        call_([](Target t, Args... args) -> R { return t.function(std::forward<Args>(args)...); }) {}
 
-  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+  R operator()(Args... args) const { return call_(target_, std::forward<Args>(args)...); }
 
  private:
-  void* object_;
-  R (*call_)(void*, Args...);
+  union Target {  // a callable object, or a function (whose pointer need not fit a void*)
+    void* object;
+    R (*function)(Args...);
+  };
+  Target target_;
+  R (*call_)(Target, Args...);
 };
 
 }  // namespace gem4
