@@ -30,10 +30,11 @@ TEST(FunctionRef, CallsWhatItRefersTo) {
   EXPECT_EQ(call(twice, 21), 42);
   const std::function<int(int)> f = [](int x) { return x - 1; };
   EXPECT_EQ(call(f, 1), 0);
-  // References pass through as references.
+  // References pass through as references. (A FunctionRef must not outlive what it refers to: the
+  // lambda is named, not a temporary of the declaration.)
   std::string text;
-  const FunctionRef<void(std::string&, const std::string&)> append = [](std::string& to,
-                                                                        const std::string& s) { to += s; };
+  const auto append_to = [](std::string& to, const std::string& s) { to += s; };
+  const FunctionRef<void(std::string&, const std::string&)> append = append_to;
   append(text, "ab");
   append(text, "c");
   EXPECT_EQ(text, "abc");
