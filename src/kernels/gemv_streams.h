@@ -71,7 +71,7 @@ inline int64_t decode_panel_step(int64_t rows, int streams) { return rows == 1 ?
 
 template <class Fn>
 void hand_out_panels(ThreadPool* pool, int64_t n, int64_t step, Fn&& fn) {
-  parallel_for_shares(pool, n, step, [&](int64_t p0, int64_t p1, int t) { fn(p0, p1, t); });
+  parallel_for_shares(pool, n, step, fn);
 }
 
 // One packed matrix's panels (panel_bytes each) handed out as above, each thread's chunk read with one
