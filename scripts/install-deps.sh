@@ -7,7 +7,8 @@ packages=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev 
           python3 python3-jsonschema libstb-dev  # libstb-dev: stb_image decodes images as llama.cpp does
           chromium chromium-driver nginx wrk curl  # the chat page test; replicas behind nginx; the load test
           ccache)
-# make test-arm64 on an x86-64 machine: the AArch64 cross compiler and user-mode emulation.
+# make test-arm64 on an x86-64 machine: the AArch64 cross compiler and user-mode emulation (whose
+# qemu-x86_64-static also runs make test-x86-cpus: this binary as other x86-64 CPUs).
 if [ "$(uname -m)" = x86_64 ]; then
   packages+=(g++-aarch64-linux-gnu qemu-user-static)
 fi
