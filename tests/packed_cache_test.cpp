@@ -41,6 +41,14 @@ class PackedCache : public ::testing::Test {
     spec.seed = 7;
     ThreadPool pool(2);
     write_generated_model(spec, gguf_, &pool);
+    // The writer leaves packed_cache_reserve_bytes free (1-4 GiB) and writes no cache where that does
+    // not fit: say so once here, not through every expectation that a cache was written.
+    const fs::space_info disk = fs::space(root_);
+    const double reserve = packed_cache_reserve_bytes(double(disk.capacity));
+    ASSERT_GT(double(disk.available), reserve + double(64 << 20))
+        << "the packed-cache tests write caches in " << root_ << ", whose disk has " << (disk.available >> 20)
+        << " MiB free: under the " << int64_t(reserve) / (1 << 20)
+        << " MiB (+64) the cache writer leaves free, so it would write none; free some space";
   }
   void TearDown() override { fs::remove_all(root_); }
 
