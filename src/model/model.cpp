@@ -66,15 +66,18 @@ void release_file_pages(std::span<MatrixView* const> matrices) {
   for (const MatrixView* v : matrices) advise_pages(v->data, size_t(v->out) * v->row_bytes, MADV_DONTNEED);
 }
 
-// Packs the matrices into this process's memory. Read from a file mapping (`from_file`), each matrix's
-// pages of it are dropped as soon as its copy is made, as release_file_pages drops them, rather than
-// after the last: resident memory then stays about one copy of the weights throughout the load (a 31B
-// Q4_0, 16.4 GiB, packed at load on a 23 GiB VM peaked at 23.0 GiB resident, the page cache squeezed
-// out, when they were dropped at the end). Not for a generator's memory, which they would zero.
+// A matrix just packed from a file mapping: its pages of the mapping are dropped now, as
+// release_file_pages drops them, rather than after the last matrix, so that resident memory stays about
+// one copy of the weights throughout the load (a 31B Q4_0, 16.4 GiB, packed into memory on a 23 GiB VM
+// peaked at 23.0 GiB resident, the page cache squeezed out, when they were dropped at the end; now 16.5).
+void release_packed_source(MatrixView* v) { release_file_pages(std::span<MatrixView* const>(&v, 1)); }
+
+// Packs the matrices into this process's memory; read from a file mapping (`from_file`), each releases
+// its source pages as it is packed (release_packed_source). Not a generator's memory, which that would zero.
 void pack_all(Model& m, std::span<MatrixView* const> matrices, ThreadPool* pool, bool from_file) {
   for (MatrixView* v : matrices) {
     *v = m.packed.add(*v, pool);
-    if (from_file) release_file_pages(std::span<MatrixView* const>(&v, 1));
+    if (from_file) release_packed_source(v);
   }
 }
 
@@ -164,7 +167,7 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
     m.packed_origin = "packed at load (no cache)";
   } else {
     std::string note;
-    if (pack_into_cache(dir, *m.file, matrices, &pool, m.packed, &note)) {
+    if (pack_into_cache(dir, *m.file, matrices, &pool, m.packed, &note, release_packed_source)) {
       m.packed_origin = "packed at load (" + why_not_used + "); " + note;
       // The copies were just made in the cache file's pages; asked for them in memory, read them there
       // (from the page cache) as a later load would.

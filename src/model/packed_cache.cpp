@@ -324,7 +324,8 @@ double packed_cache_reserve_bytes(double filesystem_bytes) {
 }
 
 bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                     ThreadPool* pool, PackedStore& store, std::string* note) {
+                     ThreadPool* pool, PackedStore& store, std::string* note,
+                     FunctionRef<void(MatrixView*)> packed_one) {
   Header header;
   std::vector<Entry> entries;
   std::string source_path;
@@ -378,6 +379,7 @@ bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::sp
   for (size_t i = 0; i < matrices.size(); ++i) {
     pack_matrix(*matrices[i], base + entries[i].offset, pool);
     *matrices[i] = store.attach(*matrices[i], base + entries[i].offset);
+    packed_one(matrices[i]);
   }
   ::mprotect(map, header.file_size, PROT_READ);  // from here on the copies are only read
   // Synced before the rename: a crash must never leave a complete-looking file with missing data.
