@@ -323,9 +323,9 @@ double packed_cache_reserve_bytes(double filesystem_bytes) {
   return std::clamp(0.05 * filesystem_bytes, 1 * kGiB, 4 * kGiB);
 }
 
-bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                     ThreadPool* pool, PackedStore& store, std::string* note,
-                     FunctionRef<void(MatrixView*)> packed_one) {
+bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file,
+                     std::span<MatrixView* const> matrices, ThreadPool* pool, PackedStore& store,
+                     std::string* note, FunctionRef<void(MatrixView*)> packed_one) {
   Header header;
   std::vector<Entry> entries;
   std::string source_path;

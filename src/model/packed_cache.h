@@ -66,9 +66,9 @@ bool read_packed_cache(const std::string& dir, const gguf::GgufFile& file,
 // the copies are made, each matrix's `packed` pointing into the mapping kept by `store`; *note then
 // says whether the file was kept for later loads. `packed_one` is called with each matrix as soon as its
 // copy is made (the loader drops the matrix's pages of the GGUF mapping there).
-bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file, std::span<MatrixView* const> matrices,
-                     ThreadPool* pool, PackedStore& store, std::string* note,
-                     FunctionRef<void(MatrixView*)> packed_one);
+bool pack_into_cache(const std::string& dir, const gguf::GgufFile& file,
+                     std::span<MatrixView* const> matrices, ThreadPool* pool, PackedStore& store,
+                     std::string* note, FunctionRef<void(MatrixView*)> packed_one);
 
 // The free space a cache file must leave on a filesystem of `filesystem_bytes`: 5 % of it, at least
 // 1 GiB and at most 4 GiB.
