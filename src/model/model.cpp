@@ -183,7 +183,7 @@ void pack_file_matrices(Model& m, const LoadOptions& opt) {
       m.packed_origin = "packed at load (" + why_not_used + "); cache not written: " + note;
     }
   }
-  release_file_pages(matrices);
+  // Every matrix packed here has already dropped its pages of the file (release_packed_source).
 }
 
 }  // namespace
