@@ -992,6 +992,23 @@ TEST(MatrixView, RowsOfAPackedMatrix) {
   }
 }
 
+// A packed copy of 2 MiB or more lives in its own huge-page block (PackedStore::add): aligned for the
+// kernels' aligned loads, and read as the GGUF layout is (the same bits), decode and prompt rows.
+TEST(MatrixView, LargePackedCopyGivesTheFileLayoutsBits) {
+  const Weights w = make_weights(GgmlType::Q4_0, 4096, 1024, 7);  // 2.25 MiB packed
+  if (!w.packed.packed) GTEST_SKIP() << "no packed copy: only the scalar kernel set runs on this CPU";
+  EXPECT_EQ(0u, reinterpret_cast<uintptr_t>(w.packed.packed) % 64);
+  IsaOverride o(Isa::Avx512);
+  ThreadPool pool(2);
+  for (int64_t rows : {1, 3, 40}) {
+    const auto x = make_activations(rows, 1024, 1024, 2);
+    std::vector<float> got(size_t(rows) * 4096), want(got.size());
+    matmul(w.packed, x.data(), rows, 1024, got.data(), 4096, &pool);
+    matmul(w.view(), x.data(), rows, 1024, want.data(), 4096, &pool);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << rows << " rows";
+  }
+}
+
 // Both schedules cover [0, n) exactly once, in chunks within bounds, for any pool size and chunking.
 TEST(ThreadPool, SchedulesCoverEveryIndexOnce) {
   for (int threads : {1, 2, 3}) {

@@ -298,12 +298,23 @@ MatrixView PackedStore::attach(const MatrixView& w, const uint8_t* copy) {
 MatrixView PackedStore::add(const MatrixView& w, ThreadPool* pool) {
   if (!wants_packed_copy(w)) return w;
   const size_t bytes = packed_matrix_bytes(w);
-  const size_t alloc = (bytes + 4095) / 4096 * 4096;
-  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
-  if (!mem) throw std::bad_alloc();
-  // No MADV_HUGEPAGE: on the target VMs it made loading an E2B Q4_0 file 0.8-2.3 s instead of
-  // 0.6 s (the kernel compacts memory to find 2 MiB pages) and decode no faster.
-  buffers_.emplace_back(mem);
+  uint8_t* mem = nullptr;
+  if (kLargeBlocksMapped && bytes >= kLargeBlockBytes) {
+    // In transparent huge pages (allocate_large: 2 MiB aligned, MADV_HUGEPAGE): one page fault per 2 MiB
+    // instead of 512, and decode's page walks over gigabytes of weights fewer. Zen 5 VM, 2026-12-08,
+    // runs alternated: the 31B Q4_0 packed at load (`--pack-cache off`) ready in 14.2, 19.3 s against
+    // 44.4, 41.8 s in 4 KiB pages; E2B Q4_0 2.7, 1.0 s against 3.1, 2.9; E4B 5.7, 3.6 against 6.5,
+    // 5.5; `gem4 bench` building E2B Q8_0 in memory 14.8, 13.7 against 17.4, 17.0. On the VMs of
+    // 2026-11 huge pages had made E2B's load slower (0.8-2.3 s against 0.6: the kernel compacting
+    // memory); the faults cost more than that on today's.
+    mem = static_cast<uint8_t*>(allocate_large(bytes, Pages::Huge));
+    adopt_memory(mem, bytes);
+  } else {  // small copies (and every copy under ASan, whose calloc'd blocks are not 64-byte aligned)
+    const size_t alloc = (bytes + 4095) / 4096 * 4096;
+    mem = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
+    if (!mem) throw std::bad_alloc();
+    buffers_.emplace_back(mem);
+  }
   pack_matrix(w, mem, pool);
   bytes_ += bytes;
   MatrixView v = w;

@@ -104,7 +104,8 @@ class PackedStore {
   // Keeps a mapping (released with munmap) whose bytes hold packed copies.
   void adopt_mapping(void* base, size_t length);
   // Keeps a block from allocate_large (gguf/large_alloc.h; released with free_large) whose bytes hold
-  // packed copies read from a file: memory of this process, not a file mapping (not among mappings()).
+  // packed copies (read from a cache file, or one that add made): memory of this process, not a file
+  // mapping (not among mappings()).
   void adopt_memory(void* block, size_t length);
   // w with `packed` pointing at `copy` (inside an adopted mapping, packed_matrix_bytes(w) bytes).
   MatrixView attach(const MatrixView& w, const uint8_t* copy);
