@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "gguf/large_alloc.h"
 #include "isa_override.h"
 #include "kernels/cpu_features.h"
 #include "kernels/packed_matrix.h"
@@ -992,19 +993,31 @@ TEST(MatrixView, RowsOfAPackedMatrix) {
   }
 }
 
-// A packed copy of 2 MiB or more lives in its own huge-page block (PackedStore::add): aligned for the
-// kernels' aligned loads, and read as the GGUF layout is (the same bits), decode and prompt rows.
-TEST(MatrixView, LargePackedCopyGivesTheFileLayoutsBits) {
-  const Weights w = make_weights(GgmlType::Q4_0, 4096, 1024, 7);  // 2.25 MiB packed
-  if (!w.packed.packed) GTEST_SKIP() << "no packed copy: only the scalar kernel set runs on this CPU";
-  EXPECT_EQ(0u, reinterpret_cast<uintptr_t>(w.packed.packed) % 64);
+// Copies taken from a reserved block (PackedStore::reserve, as a load packs): back to back at 64-byte
+// boundaries, read as the GGUF layout is (the same bits), decode and prompt rows; once the block is
+// used up, a copy of its own.
+TEST(MatrixView, ReservedPackedCopiesGiveTheFileLayoutsBits) {
+  const Weights small = make_weights(GgmlType::Q4_0, 100, 64, 8),
+                large = make_weights(GgmlType::Q4_0, 4096, 1024, 7);
+  if (!large.packed.packed) GTEST_SKIP() << "no packed copy: only the scalar kernel set runs on this CPU";
   IsaOverride o(Isa::Avx512);
+  PackedStore store;
+  store.reserve(PackedStore::reserved_bytes(small.view()) + PackedStore::reserved_bytes(large.view()));
+  const MatrixView a = store.add(small.view(), nullptr), b = store.add(large.view(), nullptr);
+  const MatrixView c = store.add(small.view(), nullptr);  // past the block
+  ASSERT_TRUE(a.packed && b.packed && c.packed);
+  for (const MatrixView& v : {a, b, c}) EXPECT_EQ(0u, reinterpret_cast<uintptr_t>(v.packed) % 64);
+  if (kLargeBlocksMapped) {
+    EXPECT_EQ(b.packed, a.packed + PackedStore::reserved_bytes(small.view()));
+  }
+  EXPECT_EQ(0, std::memcmp(a.packed, small.packed.packed, packed_matrix_bytes(a)));
+  EXPECT_EQ(0, std::memcmp(c.packed, small.packed.packed, packed_matrix_bytes(c)));
   ThreadPool pool(2);
   for (int64_t rows : {1, 3, 40}) {
     const auto x = make_activations(rows, 1024, 1024, 2);
     std::vector<float> got(size_t(rows) * 4096), want(got.size());
-    matmul(w.packed, x.data(), rows, 1024, got.data(), 4096, &pool);
-    matmul(w.view(), x.data(), rows, 1024, want.data(), 4096, &pool);
+    matmul(b, x.data(), rows, 1024, got.data(), 4096, &pool);
+    matmul(large.view(), x.data(), rows, 1024, want.data(), 4096, &pool);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << rows << " rows";
   }
 }

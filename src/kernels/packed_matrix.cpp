@@ -295,21 +295,41 @@ MatrixView PackedStore::attach(const MatrixView& w, const uint8_t* copy) {
   return v;
 }
 
+size_t PackedStore::reserved_bytes(const MatrixView& w) {
+  return wants_packed_copy(w) ? (packed_matrix_bytes(w) + 63) / 64 * 64 : 0;  // the kernels' alignment
+}
+
+// One block for all the copies a load makes, in transparent huge pages (allocate_large: 2 MiB aligned,
+// MADV_HUGEPAGE): one page fault per 2 MiB instead of 512, and decode's page walks over gigabytes of
+// weights fewer, without the rounding of every copy up to 2 MiB that a block each would cost (E2B Q4_0:
+// 1.54 GiB resident against 1.38). Zen 5 VM, 2026-12-08, runs alternated: the 31B Q4_0 packed at load
+// (`--pack-cache off`) ready in 14.2, 19.3 s against 44.4, 41.8 s in 4 KiB pages; E2B Q4_0 1.1, 1.0 s
+// against 5.7, 4.0; `gem4 bench` building E2B Q8_0 in memory 18.1, 15.3 against 22.0, 19.0. On the VMs
+// of 2026-11 huge pages had made E2B's load slower (0.8-2.3 s against 0.6: the kernel compacting
+// memory); the faults cost more than that on today's. Under ASan (kLargeBlocksMapped false) no block:
+// its allocations are not 64-byte aligned, and copies of their own let it watch each one.
+void PackedStore::reserve(size_t bytes) {
+  if (!kLargeBlocksMapped || bytes < kLargeBlockBytes) return;
+  void* block = nullptr;
+  try {
+    block = allocate_large(bytes, Pages::Huge);
+  } catch (const std::bad_alloc&) {
+    return;  // no such block to be had: a copy of its own each, as without reserve
+  }
+  adopt_memory(block, bytes);
+  reserved_ = static_cast<uint8_t*>(block);
+  reserved_left_ = bytes;
+}
+
 MatrixView PackedStore::add(const MatrixView& w, ThreadPool* pool) {
   if (!wants_packed_copy(w)) return w;
   const size_t bytes = packed_matrix_bytes(w);
   uint8_t* mem = nullptr;
-  if (kLargeBlocksMapped && bytes >= kLargeBlockBytes) {
-    // In transparent huge pages (allocate_large: 2 MiB aligned, MADV_HUGEPAGE): one page fault per 2 MiB
-    // instead of 512, and decode's page walks over gigabytes of weights fewer. Zen 5 VM, 2026-12-08,
-    // runs alternated: the 31B Q4_0 packed at load (`--pack-cache off`) ready in 14.2, 19.3 s against
-    // 44.4, 41.8 s in 4 KiB pages; E2B Q4_0 2.7, 1.0 s against 3.1, 2.9; E4B 5.7, 3.6 against 6.5,
-    // 5.5; `gem4 bench` building E2B Q8_0 in memory 14.8, 13.7 against 17.4, 17.0. On the VMs of
-    // 2026-11 huge pages had made E2B's load slower (0.8-2.3 s against 0.6: the kernel compacting
-    // memory); the faults cost more than that on today's.
-    mem = static_cast<uint8_t*>(allocate_large(bytes, Pages::Huge));
-    adopt_memory(mem, bytes);
-  } else {  // small copies (and every copy under ASan, whose calloc'd blocks are not 64-byte aligned)
+  if (const size_t take = reserved_bytes(w); take <= reserved_left_) {
+    mem = reserved_;
+    reserved_ += take;
+    reserved_left_ -= take;
+  } else {
     const size_t alloc = (bytes + 4095) / 4096 * 4096;
     mem = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
     if (!mem) throw std::bad_alloc();

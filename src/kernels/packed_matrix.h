@@ -95,16 +95,23 @@ bool wants_packed_copy(const MatrixView& w);
 // never read as if they were current (model/packed_cache.h).
 uint64_t packed_layout_fingerprint();
 
-// Owns packed copies of matrices: one 4096-byte aligned allocation each, or views into a read-only
-// mapping of a file that holds them (model/packed_cache.h).
+// Owns packed copies of matrices: made by add (in a block reserved for them, or one 4096-byte aligned
+// allocation each), or views into a read-only mapping of a file that holds them (model/packed_cache.h).
 class PackedStore {
  public:
+  // The bytes add takes for w's copy from a reserved block (0 for a matrix that gets none).
+  static size_t reserved_bytes(const MatrixView& w);
+  // One block of `bytes` (the sum of reserved_bytes over the matrices about to be added) that the
+  // following add calls take their copies from, back to back, in transparent huge pages where it is
+  // 2 MiB or more (allocate_large). Without it, or once it is used up (or where it could not be had),
+  // each copy is an allocation of its own.
+  void reserve(size_t bytes);
   // Packs w if wants_packed_copy(w); returns w with `packed` set (or w unchanged).
   MatrixView add(const MatrixView& w, ThreadPool* pool);
   // Keeps a mapping (released with munmap) whose bytes hold packed copies.
   void adopt_mapping(void* base, size_t length);
   // Keeps a block from allocate_large (gguf/large_alloc.h; released with free_large) whose bytes hold
-  // packed copies (read from a cache file, or one that add made): memory of this process, not a file
+  // packed copies (read from a cache file, or reserved for add): memory of this process, not a file
   // mapping (not among mappings()).
   void adopt_memory(void* block, size_t length);
   // w with `packed` pointing at `copy` (inside an adopted mapping, packed_matrix_bytes(w) bytes).
@@ -128,6 +135,8 @@ class PackedStore {
   };
   std::vector<std::unique_ptr<void, Unmap>> mappings_;
   std::vector<std::unique_ptr<void, FreeLarge>> memory_;
+  uint8_t* reserved_ = nullptr;  // the rest of the reserved block: where add's next copy goes
+  size_t reserved_left_ = 0;
   size_t bytes_ = 0;
 };
 

@@ -75,6 +75,9 @@ void release_packed_source(MatrixView* v) { release_file_pages(std::span<MatrixV
 // Packs the matrices into this process's memory; read from a file mapping (`from_file`), each releases
 // its source pages as it is packed (release_packed_source). Not a generator's memory, which that would zero.
 void pack_all(Model& m, std::span<MatrixView* const> matrices, ThreadPool* pool, bool from_file) {
+  size_t total = 0;
+  for (const MatrixView* v : matrices) total += PackedStore::reserved_bytes(*v);
+  m.packed.reserve(total);  // one block for them all, in huge pages
   for (MatrixView* v : matrices) {
     *v = m.packed.add(*v, pool);
     if (from_file) release_packed_source(v);
