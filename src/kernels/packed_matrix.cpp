@@ -304,7 +304,8 @@ size_t PackedStore::reserved_bytes(const MatrixView& w) {
 // weights fewer, without the rounding of every copy up to 2 MiB that a block each would cost (E2B Q4_0:
 // 1.54 GiB resident against 1.38). Zen 5 VM, 2026-12-08, runs alternated: the 31B Q4_0 packed at load
 // (`--pack-cache off`) ready in 14.2, 19.3 s against 44.4, 41.8 s in 4 KiB pages; E2B Q4_0 1.1, 1.0 s
-// against 5.7, 4.0; `gem4 bench` building E2B Q8_0 in memory 18.1, 15.3 against 22.0, 19.0. On the VMs
+// against 5.7, 4.0; `gem4 bench` building E2B Q8_0 in memory 18.1, 15.3 against 22.0, 19.0 (those with a
+// block per copy); with this one block the 26B-A4B in 21.9, 18.0 s against 44.0, 46.9. On the VMs
 // of 2026-11 huge pages had made E2B's load slower (0.8-2.3 s against 0.6: the kernel compacting
 // memory); the faults cost more than that on today's. Under ASan (kLargeBlocksMapped false) no block:
 // its allocations are not 64-byte aligned, and copies of their own let it watch each one.
