@@ -1,5 +1,6 @@
 // Memory for the large tables built at every start: a GGUF file's metadata arrays, the vocabulary's
-// string index and merge table, the KV cache.
+// string index and merge table, the KV cache, and the packed weights a load makes or reads into memory
+// (kernels/packed_matrix.h).
 //
 // Why: the first touch of each 4 KiB page is a page fault, and on the VMs gem4 is tested on a fault
 // costs ~10 us: with the real Gemma 4 vocabulary a `gem4 run` took ~20k of them, 0.2 s of a 0.45 s
